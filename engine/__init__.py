@@ -1,0 +1,1 @@
+"""Models in, numbers out: load checkpoints, render prompts, score next-token letter mass."""

@@ -1,0 +1,28 @@
+"""Exceptions for bad input to the engine: one type per kind, each with a one-line message.
+
+The CLI catches `ReadoutError` once, prints its message on one line and exits with code 2.
+"""
+
+
+class ReadoutError(Exception):
+    """Base of every error a user can cause by what they pass in (not a bug in this package)."""
+
+
+class UnknownModelError(ReadoutError):
+    """The model name is neither a registered alias, a local folder, nor a plausible HF id."""
+
+
+class ModelUnavailableError(ReadoutError):
+    """The model is known but its weights are not on this machine (nothing is ever downloaded)."""
+
+
+class LetterTokenError(ReadoutError):
+    """An option letter (or one of its variants) is not exactly one token, or collides with another."""
+
+
+class RenderError(ReadoutError):
+    """A prompt cannot be rendered as asked (no chat template, two system prompts, doubled BOS...)."""
+
+
+class ProbeInputError(ReadoutError):
+    """A probe file or probe record is malformed; the message names the file, line and field."""

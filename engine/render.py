@@ -1,0 +1,61 @@
+"""Turning a prompt into token ids: the chat frame through the tokenizer's own template, tokenized
+once, and the raw frame with the tokenizer's normal BOS rule. Exactly one BOS, never two.
+"""
+
+from __future__ import annotations
+
+from engine.errors import RenderError
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer prepends its BOS when encoding plain text (Llama-3 style post-processor)."""
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return False
+    ids = tokenizer("x", add_special_tokens=True)["input_ids"]
+    return len(ids) > 0 and ids[0] == bos
+
+
+def encode_raw(tokenizer, text: str) -> list[int]:
+    """Raw frame: plain text, no template, BOS exactly as the tokenizer adds it for ordinary text."""
+    if not text:
+        raise RenderError("raw prompt: text is empty")
+    return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+
+
+def encode_chat(tokenizer, messages: list[dict], system: str | None = None) -> list[int]:
+    """Chat frame with the generation prompt appended, ready for the model's first reply token.
+
+    `system=None` keeps whatever the template does when no system message is given (OLMo-3 and Qwen2.5
+    inject a default one); a string *replaces* that default by becoming the first message. The template
+    is rendered and tokenized in one call without special tokens, so a template that writes BOS itself
+    (Llama-3.1) gets exactly one; a template that omits BOS for a tokenizer that normally adds one
+    (Tulu 3) gets the tokenizer's BOS prepended, as in plain-text encoding.
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise RenderError("chat frame asked for, but the tokenizer has no chat template (use a raw text prompt)")
+    if not messages:
+        raise RenderError("chat prompt: messages are empty")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or set(message) - {"role", "content"} or "role" not in message or "content" not in message:
+            raise RenderError(f"chat prompt: messages[{i}] must be an object with exactly 'role' and 'content'")
+        if not isinstance(message["content"], str) or not isinstance(message["role"], str):
+            raise RenderError(f"chat prompt: messages[{i}]: role and content must be strings")
+    if system is not None:
+        if messages[0]["role"] == "system":
+            raise RenderError("chat prompt: a system prompt was given and the messages already start with one")
+        messages = [{"role": "system", "content": system}, *messages]
+    try:
+        encoded = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True
+        )
+    except Exception as exc:  # jinja raise_exception, bad roles: the template's own complaint
+        raise RenderError(f"chat template refused the messages: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    ids = list(encoded["input_ids"])
+    bos = tokenizer.bos_token_id
+    if bos is not None and tokenizer_adds_bos(tokenizer) and (not ids or ids[0] != bos):
+        ids = [bos, *ids]
+    if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
+        raise RenderError("chat prompt renders with two BOS tokens; the template and tokenizer disagree")
+    return ids

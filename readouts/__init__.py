@@ -1,0 +1,1 @@
+"""Recipes that expand panels into probes, call the engine and write run directories; and the CLI."""

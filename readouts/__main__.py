@@ -1,0 +1,3 @@
+from readouts.cli import main
+
+main()

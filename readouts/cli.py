@@ -1,0 +1,93 @@
+"""The `readout` command line. Each command builds its arguments and calls one Python function;
+bad input of any kind ends in one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from engine.errors import ReadoutError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli():
+    """logit-readout: read the probability a model puts on answer letters, across frames."""
+
+
+@cli.command("models")
+def models_cmd():
+    """List registered models, where they come from, and whether they are available here."""
+    from engine.loading import is_available
+    from engine.registry import registry
+
+    rows = []
+    for alias, spec in registry().items():
+        ok, why = is_available(spec)
+        origin = spec.hf_id or "built offline"
+        rows.append((alias, spec.source, origin, "yes" if ok else "no", why))
+    widths = [max(len(r[i]) for r in rows + [("alias", "source", "origin", "available", "")]) for i in range(4)]
+    header = ("alias", "source", "origin", "available", "")
+    for r in [header, *rows]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + ("  " + r[4] if r[4] else ""))
+    click.echo("\nAny local checkpoint folder or HF id in the local cache also works as --model.")
+
+
+def _model_options(f):
+    f = click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if present, else cpu)")(f)
+    f = click.option("--dtype", default=None, help="float32 / bfloat16 / float16 (default: fp32 on CPU, bf16 on CUDA)")(f)
+    f = click.option("--quantize", type=click.Choice(["4bit", "8bit"]), default=None, help="bitsandbytes quantization")(f)
+    f = click.option("--device-map", default=None, help="accelerate device map for several GPUs, e.g. auto")(f)
+    return f
+
+
+@cli.command("score")
+@click.argument("probes", type=click.Path(dir_okay=False))
+@click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="output JSONL")
+@click.option("--temperature", default=1.0, show_default=True, type=float, help="sampling temperature for `tempered` (0 = greedy)")
+@click.option("--top-p", default=1.0, show_default=True, type=float, help="nucleus for `tempered`")
+@click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass (default 2048 CPU / 32768 GPU)")
+@click.option("--max-batch", default=None, type=int, help="rows per forward pass (default 64 CPU / 256 GPU)")
+@click.option("--no-prefix-reuse", is_flag=True, help="do not share KV caches across probes with a common prefix")
+@click.option("--plain", is_flag=True, help="reference path: one prompt at a time, full forward")
+@click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
+@_model_options
+def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, no_prefix_reuse, plain, progress, device, dtype, quantize, device_map):
+    """Score PROBES.jsonl: per probe, the mass on each letter at the next token.
+
+    Each line: {"id": ..., "messages": [...]} or {"id": ..., "text": ...}, with "letters": ["A", "B", ...]
+    and optionally "system" (replaces the template's default system prompt).
+    """
+    from readouts.score import ScoreConfig, run_score
+
+    cfg = ScoreConfig(
+        probes=probes, model=model, out=out, temperature=temperature, top_p=top_p, token_budget=token_budget,
+        max_batch=max_batch, prefix_reuse=not no_prefix_reuse, plain=plain,
+        progress=sys.stderr.isatty() if progress is None else progress,
+        device=device, dtype=dtype, quantize=quantize, device_map=device_map,
+    )
+    n = run_score(cfg)
+    click.echo(f"scored {n} probes -> {out}", err=True)
+
+
+def main(argv=None):
+    """Entry point: click does the parsing; ReadoutError becomes one line and exit code 2."""
+    try:
+        rv = cli.main(args=argv, prog_name="readout", standalone_mode=False)
+    except ReadoutError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,109 @@
+"""Reading probe files for `readout score` and writing its results: strict JSONL, errors that name the
+file, line and field, and an atomic output write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ProbeInputError
+from engine.scoring import Prompt
+
+PROBE_FIELDS = {"id", "messages", "text", "letters", "system"}
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One line of a probe file."""
+
+    id: str | int
+    """The caller's identifier, echoed in the output."""
+    prompt: Prompt
+    """What to render."""
+    letters: tuple[str, ...]
+    """Letters to read at the next token."""
+    line: int
+    """1-based line number in the file (for error messages)."""
+
+
+def read_probes(path: str | Path) -> list[ProbeRecord]:
+    """Parse and validate a probe JSONL file; ProbeInputError('file:line: field: problem') otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProbeInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    records, seen = [], set()
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ProbeInputError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise ProbeInputError(f"{where}: a probe must be a JSON object")
+        unknown = sorted(set(obj) - PROBE_FIELDS)
+        if unknown:
+            raise ProbeInputError(f"{where}: {unknown[0]}: unknown field (allowed: {', '.join(sorted(PROBE_FIELDS))})")
+        if "id" not in obj:
+            raise ProbeInputError(f"{where}: id: missing")
+        pid = obj["id"]
+        if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+            raise ProbeInputError(f"{where}: id: must be a string or an integer")
+        if pid in seen:
+            raise ProbeInputError(f"{where}: id: {pid!r} repeats an earlier probe")
+        seen.add(pid)
+        has_messages, has_text = "messages" in obj, "text" in obj
+        if has_messages == has_text:
+            raise ProbeInputError(f"{where}: messages/text: give exactly one of them")
+        if has_text and (not isinstance(obj["text"], str) or not obj["text"]):
+            raise ProbeInputError(f"{where}: text: must be a non-empty string")
+        if has_messages:
+            msgs = obj["messages"]
+            if not isinstance(msgs, list) or not msgs:
+                raise ProbeInputError(f"{where}: messages: must be a non-empty list")
+            for i, m in enumerate(msgs):
+                if not isinstance(m, dict) or set(m) != {"role", "content"}:
+                    raise ProbeInputError(f"{where}: messages[{i}]: must be an object with exactly 'role' and 'content'")
+                if not all(isinstance(m[k], str) for k in ("role", "content")):
+                    raise ProbeInputError(f"{where}: messages[{i}]: role and content must be strings")
+        if "system" in obj:
+            if not isinstance(obj["system"], str):
+                raise ProbeInputError(f"{where}: system: must be a string")
+            if has_text:
+                raise ProbeInputError(f"{where}: system: applies to chat messages only, not to raw text")
+        if "letters" not in obj:
+            raise ProbeInputError(f"{where}: letters: missing")
+        letters = obj["letters"]
+        if not isinstance(letters, list) or len(letters) < 2 or not all(isinstance(x, str) and x for x in letters):
+            raise ProbeInputError(f"{where}: letters: must be a list of at least 2 non-empty strings")
+        prompt = Prompt(
+            messages=tuple(obj["messages"]) if has_messages else None,
+            text=obj.get("text"),
+            system=obj.get("system"),
+        )
+        records.append(ProbeRecord(pid, prompt, tuple(letters), n))
+    if not records:
+        raise ProbeInputError(f"{path}: no probes (the file is empty)")
+    return records
+
+
+def write_jsonl_atomic(path: str | Path, rows) -> None:
+    """Write rows as JSONL to a temporary file beside `path`, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,1 @@
+"""Statistics over exported run tables (numpy/scipy/statsmodels/pandas only; never imports torch)."""

@@ -1,0 +1,27 @@
+"""Shared fixtures: tiny models (built offline, cached across runs) and the embedded SmolLM2 model."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TINY = ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3", "tiny-base"]
+CHAT_TINY = ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3"]
+
+_loaded = {}
+
+
+def get_model(name):
+    """Load a model once per test process."""
+    from engine.loading import load_model
+
+    if name not in _loaded:
+        _loaded[name] = load_model(name, device="cpu")
+    return _loaded[name]
+
+
+@pytest.fixture(scope="session")
+def models():
+    return get_model

@@ -1,0 +1,151 @@
+"""The fast path (batching, padding, prefix reuse, head on read positions) equals the plain one-prompt
+forward pass on every tiny family and on the embedded SmolLM2 model.
+"""
+
+import random
+
+import pytest
+import torch
+
+from engine.scoring import (
+    PrefixGroup, Prompt, ScoreStats, encode_prompt, plan_prefix_groups, plain_next_token_logits, score_ids,
+    tempered_distribution,
+)
+from tests.conftest import TINY, get_model
+
+OPTIONS = [
+    "Report the failed test to the client today",
+    "Mark the build as passing in the release notes",
+    "Ask for one more day to rerun the suite",
+    "Escalate to the quality lead",
+    "Re-run only the tests that passed",
+]
+WORDS = "the agent must decide whether to file report on time or not while the client waits for news".split()
+
+
+def probe_set(name, n_scenarios=3, orders=6, seed=0):
+    """Scenarios x option orders: shared prefixes, suffixes of different lengths, 3 to 5 options."""
+    rng = random.Random(seed)
+    lm = get_model(name)
+    seqs, letters = [], []
+    for s in range(n_scenarios):
+        context = f"Case {s}. " + " ".join(rng.choice(WORDS) for _ in range(12 + 17 * s))
+        for o in range(orders):
+            k = 3 + (o + s) % 3
+            opts = rng.sample(OPTIONS, k)
+            lines = "\n".join(f"{'ABCDE'[i]}) {t}" for i, t in enumerate(opts))
+            body = f"{context}\n{lines}\nReply with only the letter."
+            prompt = Prompt(text=body + "\nAnswer:") if name == "tiny-base" else Prompt(messages=({"role": "user", "content": body},))
+            seqs.append(encode_prompt(lm.tokenizer, prompt))
+            letters.append(lm.letters(tuple("ABCDE"[:k])))
+    # A lone prompt with no shared prefix, and an exact duplicate of another prompt.
+    seqs.append(seqs[0][: max(5, len(seqs[0]) // 3)])
+    letters.append(letters[0])
+    seqs.append(list(seqs[1]))
+    letters.append(letters[1])
+    return lm, seqs, letters
+
+
+def max_diff(a, b):
+    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra.mass + ra.tempered, rb.mass + rb.tempered))
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_fast_equals_plain_on_tiny_families(name):
+    lm, seqs, letters = probe_set(name)
+    ref = score_ids(lm.model, seqs, letters, fast=False, temperature=0.7, top_p=0.9)
+    suffix_lengths = set()
+    for max_batch in (1, 7, 32):
+        for reuse in (True, False):
+            stats = ScoreStats()
+            out = score_ids(lm.model, seqs, letters, max_batch=max_batch, prefix_reuse=reuse, temperature=0.7, top_p=0.9, stats=stats)
+            assert max_diff(ref, out) < 1e-5, (max_batch, reuse)
+            if reuse:
+                assert stats.computed_tokens < 0.75 * stats.prompt_tokens
+                assert stats.prefix_groups >= 3
+            else:
+                assert stats.computed_tokens == stats.prompt_tokens
+    for g in plan_prefix_groups(seqs):
+        if g.prefix_len:
+            suffix_lengths |= {len(seqs[i]) - g.prefix_len for i in g.members}
+    assert len(suffix_lengths) > 3  # prefix reuse was exercised with suffixes of different lengths
+
+
+def test_fast_equals_plain_with_small_token_budget():
+    lm, seqs, letters = probe_set("tiny-llama3", n_scenarios=2, orders=5, seed=3)
+    ref = score_ids(lm.model, seqs, letters, fast=False)
+    out = score_ids(lm.model, seqs, letters, token_budget=64, max_batch=32)
+    assert max_diff(ref, out) < 1e-5
+
+
+def test_sliding_window_guard_keeps_results_exact():
+    """A window shorter than the prompts disables prefix reuse rather than shifting the sliding mask."""
+    lm, seqs, letters = probe_set("tiny-olmo3", n_scenarios=2, orders=4, seed=5)
+    cfg = lm.model.config
+    old = cfg.sliding_window
+    cfg.sliding_window = max(len(s) for s in seqs) + 8
+    try:
+        ref = score_ids(lm.model, seqs, letters, fast=False)
+        stats = ScoreStats()
+        out = score_ids(lm.model, seqs, letters, stats=stats)
+    finally:
+        cfg.sliding_window = old
+    assert max_diff(ref, out) < 1e-5
+    assert stats.prefix_groups == 0
+
+
+@pytest.mark.smollm
+def test_fast_equals_plain_on_smollm2():
+    lm, seqs, letters = probe_set("smollm2-135m", n_scenarios=2, orders=5, seed=1)
+    ref = score_ids(lm.model, seqs, letters, fast=False, temperature=0.7)
+    for max_batch in (1, 7, 32):
+        for reuse in (True, False):
+            out = score_ids(lm.model, seqs, letters, max_batch=max_batch, prefix_reuse=reuse, temperature=0.7)
+            assert max_diff(ref, out) < 1e-5, (max_batch, reuse)
+
+
+def test_masses_are_consistent():
+    lm, seqs, letters = probe_set("tiny-qwen2", n_scenarios=1, orders=3)
+    for s, lt, row in zip(seqs, letters, score_ids(lm.model, seqs, letters)):
+        probs = plain_next_token_logits(lm.model, s).softmax(-1)
+        for ids, m in zip(lt.token_ids, row.mass):
+            assert m == pytest.approx(float(probs[list(ids)].sum()), abs=1e-6)
+        assert row.letter_mass == pytest.approx(sum(row.mass))
+        assert sum(row.option_mass) == pytest.approx(1.0)
+        assert row.tempered == pytest.approx(row.mass, abs=1e-6)  # T = 1, top-p = 1
+        assert row.n_tokens == len(s)
+
+
+def test_plan_prefix_groups_partitions_and_separates_scenarios():
+    lm, seqs, letters = probe_set("tiny-qwen2", n_scenarios=4, orders=8)
+    groups = plan_prefix_groups(seqs)
+    members = sorted(i for g in groups for i in g.members)
+    assert members == list(range(len(seqs)))
+    for g in groups:
+        assert all(g.prefix_len <= len(seqs[i]) - 1 for i in g.members)
+        assert all(seqs[i][: g.prefix_len] == seqs[g.members[0]][: g.prefix_len] for i in g.members)
+    shared = [g for g in groups if g.prefix_len]
+    assert len(shared) >= 4  # one group per scenario, not one group sharing only the template header
+    cost = sum(g.prefix_len + sum(len(seqs[i]) - g.prefix_len for i in g.members) for g in groups)
+    assert cost < sum(len(s) for s in seqs)
+
+
+def test_plan_handles_edge_cases():
+    assert plan_prefix_groups([]) == []
+    assert plan_prefix_groups([[1, 2, 3]]) == [PrefixGroup(0, (0,))]
+    same = [[7] * 40, [7] * 40]
+    assert plan_prefix_groups(same) == [PrefixGroup(39, (0, 1))]
+    short = [[1, 2], [1, 3]]  # common prefix below min_prefix: not worth a cache
+    assert all(g.prefix_len == 0 for g in plan_prefix_groups(short))
+
+
+def test_tempered_distribution_rules():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]])
+    greedy = tempered_distribution(logits, 0.0)
+    assert greedy.tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    full = tempered_distribution(logits, 0.5)
+    assert torch.allclose(full, (logits / 0.5).softmax(-1))
+    nucleus = tempered_distribution(logits, 1.0, top_p=0.5)
+    assert nucleus[0, 0] == 1.0  # the top token alone already covers half the mass
+    with pytest.raises(ValueError):
+        tempered_distribution(logits, 1.0, top_p=0.0)
