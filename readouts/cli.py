@@ -9,6 +9,7 @@ import sys
 import click
 
 from engine.errors import ReadoutError
+from panels.schema import PanelError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,11 +73,57 @@ def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, n
     click.echo(f"scored {n} probes -> {out}", err=True)
 
 
+@cli.group("panels")
+def panels_group():
+    """Validate, show and summarize panels (scenario files)."""
+
+
+@panels_group.command("validate")
+@click.argument("paths", nargs=-1, required=True)
+def panels_validate(paths):
+    """Validate panel files (or shipped panel names); exit 2 if any is invalid."""
+    from readouts.panel_tools import validate
+
+    failed = False
+    for path, error, summary in validate(paths):
+        if error:
+            failed = True
+            click.echo(f"error: {error}", err=True)
+        else:
+            click.echo(f"ok {path}: {summary}")
+    if failed:
+        sys.exit(2)
+
+
+@panels_group.command("show")
+@click.argument("panel")
+@click.argument("record_id")
+@click.option("--frame", "-f", required=True, help="agent, judge_1..4, judge_letter, raw_agent, raw_judge, control, dose_*; F0..F3 for nsi")
+@click.option("--cell", default="primary", show_default=True, type=click.Choice(["primary", "twin", "harm_twin"]))
+@click.option("--order", "order_index", type=int, default=None, help="index of the seeded option order (default: as listed)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--model", "-m", default=None, help="show the exact prompt this model reads (its template, BOS)")
+def panels_show(panel, record_id, frame, cell, order_index, seed, model):
+    """Print one scenario in one frame."""
+    from readouts.panel_tools import show
+
+    click.echo(show(panel, record_id, frame, cell, order_index, seed, model))
+
+
+@panels_group.command("stats")
+@click.argument("panel")
+def panels_stats(panel):
+    """Counts by family and domain, and length distributions."""
+    from readouts.panel_tools import stats
+
+    click.echo(stats(panel))
+
+
 def main(argv=None):
     """Entry point: click does the parsing; ReadoutError becomes one line and exit code 2."""
     try:
         rv = cli.main(args=argv, prog_name="readout", standalone_mode=False)
-    except ReadoutError as exc:
+    except (ReadoutError, PanelError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:

@@ -1,0 +1,96 @@
+"""What `readout panels ...` does: validate panel files, show a rendered frame, summarize a panel."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+
+from panels.frames import FRAMES, POLARITY_FRAMES, render, render_polarity
+from panels.orders import option_orders
+from panels.schema import PanelError, load_panel
+
+
+def validate(paths) -> list[tuple[str, str | None]]:
+    """(path, None) for each valid panel, (path, error line) for each invalid one."""
+    results = []
+    for path in paths:
+        try:
+            panel = load_panel(path)
+            results.append((path, None, f"{len(panel.records)} {panel.kind} records, sha256 {panel.sha256[:12]}"))
+        except PanelError as exc:
+            results.append((path, str(exc), None))
+    return results
+
+
+def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", order_index: int | None = None,
+         seed: int = 0, model: str | None = None) -> str:
+    """The messages of one rendered frame, or with `model` the exact prompt text that model will read."""
+    panel = load_panel(panel_name)
+    record = panel.get(record_id)
+    if panel.kind == "nsi":
+        if frame not in POLARITY_FRAMES:
+            raise PanelError(f"{panel.path}: frame: '{frame}' is not a polarity framing ({', '.join(POLARITY_FRAMES)})")
+        rendered = render_polarity(record, frame)
+        messages, text, system, header = rendered.messages, None, None, f"{record.id} {frame} ({rendered.version}): {rendered.proposal}"
+    else:
+        if frame not in FRAMES:
+            raise PanelError(f"{panel.path}: frame: '{frame}' is not one of {', '.join(FRAMES)}")
+        order = None
+        if order_index is not None:
+            k = 8 if frame.startswith("raw_") else 32
+            orders = option_orders(len(record.options), k, seed, record.id)
+            if not 0 <= order_index < k:
+                raise PanelError(f"{panel.path}: order: index {order_index} outside 0..{k - 1}")
+            order = orders[order_index]
+        rendered = render(record, frame, cell, order)
+        messages, text, system = rendered.messages, rendered.text, rendered.system
+        mapping = ", ".join(f"{letter}={oid}" for letter, oid in zip(rendered.letters, rendered.option_ids))
+        header = f"{record.id} {frame} {cell} ({rendered.version}); letters {mapping}; violating {rendered.violating_letter}"
+    if model is None:
+        parts = [header]
+        if system:
+            parts.append(f"--- system (replaces the template default)\n{system}")
+        for m in messages or ():
+            parts.append(f"--- {m['role']}\n{m['content']}")
+        if text is not None:
+            parts.append(f"--- raw text (no template; the letter is read next)\n{text}")
+        return "\n".join(parts)
+    from engine.loading import load_model
+    from engine.scoring import Prompt, encode_prompt
+
+    lm = load_model(model)
+    prompt = Prompt(messages=messages, system=system) if messages else Prompt(text=text)
+    ids = encode_prompt(lm.tokenizer, prompt)
+    if panel.kind == "gap":
+        lm.letters(rendered.letters)  # the letters must be single tokens for this model
+    return f"{header}\n--- {len(ids)} tokens under {model}\n{lm.tokenizer.decode(ids)}"
+
+
+def stats(panel_name: str) -> str:
+    """Counts by family and domain and length distributions."""
+    panel = load_panel(panel_name)
+    lines = [f"{panel.name}: {len(panel.records)} {panel.kind} records ({panel.path}, sha256 {panel.sha256[:12]})"]
+    if panel.kind == "nsi":
+        by_domain = Counter(r.domain for r in panel.records)
+        lines.append("domains: " + ", ".join(f"{d} {n}" for d, n in sorted(by_domain.items())))
+        words = [len(r.scenario.split()) for r in panel.records]
+        lines.append(f"scenario words: min {min(words)}, median {statistics.median(words):g}, max {max(words)}")
+        return "\n".join(lines)
+    by_family = Counter(r.family for r in panel.records)
+    domains = defaultdict(Counter)
+    for r in panel.records:
+        domains[r.family][r.domain] += 1
+    lines.append("family  n   domains")
+    for fam in sorted(by_family):
+        lines.append(f"{fam}      {by_family[fam]:<3} {len(domains[fam])}: " + ", ".join(f"{d} {n}" for d, n in sorted(domains[fam].items())))
+    lines.append("generators: " + ", ".join(f"{g} {n}" for g, n in sorted(Counter(r.generator for r in panel.records).items())))
+    lines.append("options per scenario: " + ", ".join(f"{k}: {n}" for k, n in sorted(Counter(len(r.options) for r in panel.records).items())))
+    lines.append(f"harm twins: {sum(1 for r in panel.records if r.harm_twin_filler)}")
+    for label, values in [
+        ("context words (primary)", [len(r.situation("primary").split()) for r in panel.records]),
+        ("pressure words", [len(r.pressure.split()) for r in panel.records]),
+        ("filler / pressure words", [len(r.filler.split()) / len(r.pressure.split()) for r in panel.records]),
+    ]:
+        q = statistics.quantiles(values, n=4)
+        lines.append(f"{label}: min {min(values):.3g}, q1 {q[0]:.3g}, median {q[1]:.3g}, q3 {q[2]:.3g}, max {max(values):.3g}")
+    return "\n".join(lines)
