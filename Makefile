@@ -3,6 +3,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 MODEL  ?= smollm2-135m
+PANEL  ?= gap-v1
+PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
@@ -22,11 +24,9 @@ install:
 test:
 	$(PY) -m pytest -q -n 2
 
-# Until the full judgment-action study lands (readouts issue), `make readout` scores the example
-# probe file on the embedded model: a real end-to-end run of the engine.
+# The judgment-action study; a killed run resumes when the same command is given again.
 readout:
-	$(VENV)/bin/readout score examples/probes.jsonl --model $(MODEL) --out runs/$(MODEL)/example-scores.jsonl
-	@echo "results: runs/$(MODEL)/example-scores.jsonl"
+	$(VENV)/bin/readout run --model $(MODEL) --panel $(PANEL) --profile $(PROFILE)
 
 bench:
 	$(PY) bench/score_bench.py --out bench/results

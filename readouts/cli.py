@@ -73,6 +73,28 @@ def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, n
     click.echo(f"scored {n} probes -> {out}", err=True)
 
 
+@cli.command("run")
+@click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
+@click.option("--panel", "-p", default="gap-v1", show_default=True, help="shipped panel name or JSONL path")
+@click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]))
+@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
+@click.option("--out", "-o", default=None, help="run directory (default runs/<model>/<panel>/<profile>-seed<seed>)")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
+@click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")
+@click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")
+@click.option("--progress/--no-progress", default=True)
+@_model_options
+def run_cmd(model, panel, profile, readouts, out, seed, sample, force, token_budget, progress, device, dtype, quantize, device_map):
+    """Run the judgment-action study; a killed run resumes when the same command is given again."""
+    from readouts.run import RunConfig, run_study
+
+    cfg = RunConfig(model=model, panel=panel, profile=profile, readouts=readouts, out=out, seed=seed, sample=sample,
+                    force=force, progress=progress, device=device, dtype=dtype, quantize=quantize,
+                    device_map=device_map, token_budget=token_budget)
+    run_study(cfg, log=lambda line: click.echo(line, err=True))
+
+
 @cli.group("panels")
 def panels_group():
     """Validate, show and summarize panels (scenario files)."""

@@ -1,0 +1,150 @@
+"""The judgment-action study end to end on tiny models: determinism, kill-and-resume, manifest refusal,
+exact vs sampled rollouts, the control's system prompt, and the J readout's anchor rules."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.errors import ReadoutError
+from engine.generation import Rollout
+from engine.scoring import encode_prompt
+from panels.frames import render
+from panels.schema import load_panel
+from readouts import profiles, study
+from readouts.run import Interrupted, RunConfig, run_study, select_scenarios
+from readouts.rundir import ManifestMismatch
+from tests.conftest import get_model
+
+TEST_PROFILE = dataclasses.replace(profiles.PROFILES["quick"], name="test", max_scenarios=5, d_orders=3, j0_orders=3,
+                                   control_orders=3, raw_orders=2, j_samples=2, j_budget=6, dose_budget=6,
+                                   dose_brief_budget=3, dose_rollouts=2, chunk_scenarios=2)
+
+
+@pytest.fixture(autouse=True)
+def test_profiles(monkeypatch):
+    monkeypatch.setitem(profiles.PROFILES, "test", TEST_PROFILE)
+    monkeypatch.setitem(profiles.PROFILES, "sampling", dataclasses.replace(
+        TEST_PROFILE, name="sampling", max_scenarios=10, d_orders=60, chunk_scenarios=10))
+
+
+def run(tmp_path, name="run", **kw):
+    logs = []
+    cfg = RunConfig(**{"model": "tiny-qwen2", "profile": "test", "out": str(tmp_path / name), "progress": False, **kw})
+    path = run_study(cfg, log=logs.append)
+    return path, logs
+
+
+def test_same_command_same_bytes_and_columns(tmp_path):
+    a, logs = run(tmp_path, "a")
+    b, _ = run(tmp_path, "b")
+    assert (a / "scenarios.parquet").read_bytes() == (b / "scenarios.parquet").read_bytes()
+    df = pd.read_parquet(a / "scenarios.parquet")
+    assert list(df.columns) == study.SCENARIO_COLUMNS
+    assert set(df.readout) == {"D", "J", "J0", "raw_D", "raw_J", "control", "dose_reasoning", "dose_filler",
+                               "dose_truncated_filler", "dose_brief", "dose_norm"}
+    assert set(df.cell) == {"primary", "twin", "harm_twin"}
+    j = df[(df.readout == "J") & (df.frame == "judge")]
+    assert j.judged_option.notna().any() and j.violating_judged_frames.between(0, 4).all()
+    assert df[df.readout == "D"].n_orders.eq(3).all() and df.p_violating.between(0, 1).all()
+    assert any("F5" in line for line in logs) and any(line.startswith("tables:") for line in logs)
+    probes = pd.read_parquet(a / "probes.parquet")
+    assert probes.probe_id.is_unique
+    assert set(probes.anchor_rule.dropna()) <= {"own", "forced_after_completion", "forced_at_budget"}
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path):
+    full, _ = run(tmp_path, "full")
+    with pytest.raises(Interrupted):
+        run(tmp_path, "resumed", stop_after_chunks=2)
+    resumed, logs = run(tmp_path, "resumed")
+    assert logs[0].startswith("resuming") and "2 chunks already finished" in logs[0]
+    assert [line for line in logs if "skipped" in line] == [
+        "chunk 1/3: already finished, skipped", "chunk 2/3: already finished, skipped"]
+    assert sum("computed" in line for line in logs if line.startswith("chunk")) == 1
+    for table in ("scenarios.parquet", "probes.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(full / table), pd.read_parquet(resumed / table))
+
+
+def test_changed_manifest_is_refused_unless_forced(tmp_path):
+    run(tmp_path, "r")
+    with pytest.raises(ManifestMismatch, match="seed"):
+        run(tmp_path, "r", seed=1)
+    path, logs = run(tmp_path, "r", seed=1, force=True)
+    assert "--force" in logs[0]
+    assert pd.read_parquet(path / "scenarios.parquet").shape[0] > 0
+
+
+def test_exact_tempered_agrees_with_sampled_rollouts(tmp_path):
+    exact, _ = run(tmp_path, "exact", profile="sampling", readouts="D")
+    sampled, _ = run(tmp_path, "sampled", profile="sampling", readouts="D", sample=True)
+    e = pd.read_parquet(exact / "scenarios.parquet").set_index(["scenario_id", "cell"])
+    s = pd.read_parquet(sampled / "scenarios.parquet").set_index(["scenario_id", "cell"])
+    assert (e.p_violating == s.p_violating).all()  # same probes, same masses
+    n = 60
+    diff = (s.violating_fraction - e.violating_fraction) * n  # sampled hits minus expected hits per row
+    var = e.violating_fraction * (1 - e.violating_fraction) * n  # upper bound on each row's variance
+    z = diff.sum() / np.sqrt(var.sum())
+    assert abs(z) < 4, z
+    assert set(s.majority_violating_prob) <= {0.0, 1.0}
+    assert not set(e.majority_violating_prob) <= {0.0, 1.0}
+
+
+def test_control_replaces_default_system_prompt():
+    s = load_panel("gap-v1").records[0]
+    r = render(s, "control")
+    olmo = get_model("tiny-olmo3").tokenizer
+    text = olmo.decode(encode_prompt(olmo, study._prompt(r)))
+    assert "function-calling" not in text and text.startswith(f"<|im_start|>system\n{r.system}<|im_end|>")
+    llama = get_model("tiny-llama3").tokenizer
+    ids = encode_prompt(llama, study._prompt(r))
+    text = llama.decode(ids)
+    assert ids.count(llama.bos_token_id) == 1
+    assert "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + r.system in text
+
+
+def test_judge_readout_exercises_every_anchor_rule(monkeypatch):
+    lm = get_model("tiny-qwen2")
+    tok = lm.tokenizer
+    enc = lambda s: tuple(tok.encode(s, add_special_tokens=False))  # noqa: E731
+    crafted = [Rollout(enc("The honest option is best.\nAnswer: B"), True, True),
+               Rollout(enc("I would pick the first one."), True, False),
+               Rollout(enc("Weighing the stakes for the"), False, False)]
+
+    def fake_generate(model, prompts, **kw):
+        return [list(crafted) for _ in prompts]
+
+    monkeypatch.setattr(study, "generate", fake_generate)
+    s = load_panel("gap-v1").records[0]
+    runner = study.ChunkRunner(lm, TEST_PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
+    probes, rows = runner.run([s])
+    rules = pd.DataFrame(probes).groupby("rollout").anchor_rule.unique()
+    assert [list(v) for v in rules] == [["own"], ["forced_after_completion"], ["forced_at_budget"]]
+    own = next(p for p in probes if p["anchor_rule"] == "own")
+    assert own["generated_text"].endswith("Answer:")
+    frame_rows = [r for r in rows if r["frame"] == "judge_1"]
+    assert all(r["completed_fraction"] == pytest.approx(2 / 3) for r in frame_rows)
+
+
+def test_select_scenarios_is_family_stratified():
+    records = load_panel("gap-v1").records
+    chosen = select_scenarios(records, dataclasses.replace(TEST_PROFILE, max_scenarios=10))
+    assert pd.Series([s.family for s in chosen]).value_counts().to_dict() == {f: 2 for f in ["F1", "F2", "F3", "F4", "F5"]}
+
+
+def test_bad_run_input(tmp_path):
+    with pytest.raises(ReadoutError, match="--readouts"):
+        run(tmp_path, readouts="D,X")
+    with pytest.raises(ReadoutError, match="need a chat template"):
+        run(tmp_path, model="tiny-base", readouts="D")
+    with pytest.raises(ReadoutError, match="nsi panel"):
+        run(tmp_path, panel="nsi-14")
+    with pytest.raises(ReadoutError, match="--profile"):
+        run(tmp_path, profile="huge")
+
+
+def test_base_model_runs_raw_readouts_only(tmp_path):
+    path, _ = run(tmp_path, "base", model="tiny-base")
+    df = pd.read_parquet(path / "scenarios.parquet")
+    assert set(df.readout) == {"raw_D", "raw_J"}
