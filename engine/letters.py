@@ -69,3 +69,35 @@ def resolve_letters(tokenizer, letters) -> LetterTokens:
         all_ids.append(tuple(ids))
         all_text.append(tuple(tokenizer.decode([i]) for i in ids))
     return LetterTokens(letters=letters, token_ids=tuple(all_ids), decoded=tuple(all_text))
+
+
+def word_start_tokens(tokenizer, words) -> LetterTokens:
+    """Tokens that can start each word, for reading a word's mass at the next token.
+
+    A token counts for a word when its text is a non-empty prefix of the word ("ag" for "agree"), or is the
+    word followed by a non-letter ('agree"'). Special tokens never count. The sets must be disjoint.
+    """
+    words = tuple(words)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    sets = {w: [] for w in words}
+    for tid in range(len(tokenizer)):
+        if tid in special:
+            continue
+        text = tokenizer.decode([tid])
+        if not text or "\ufffd" in text:
+            continue
+        for w in words:
+            if w.startswith(text) or (text.startswith(w) and not text[len(w):][:1].isalpha()):
+                sets[w].append(tid)
+    owner = {}
+    for w in words:
+        if not sets[w]:
+            raise LetterTokenError(f"word {w!r}: no token in this vocabulary starts it")
+        for tid in sets[w]:
+            if tid in owner:
+                raise LetterTokenError(f"word {w!r}: token {tid} also starts {owner[tid]!r}")
+            owner[tid] = w
+    return LetterTokens(
+        letters=words, token_ids=tuple(tuple(sets[w]) for w in words),
+        decoded=tuple(tuple(tokenizer.decode([t]) for t in sets[w]) for w in words),
+    )

@@ -95,6 +95,25 @@ def run_cmd(model, panel, profile, readouts, out, seed, sample, force, token_bud
     run_study(cfg, log=lambda line: click.echo(line, err=True))
 
 
+@cli.command("nsi")
+@click.option("--model", "-m", required=True, help="alias, local folder or HF id (needs a chat template)")
+@click.option("--panel", "-p", default="nsi-14", show_default=True)
+@click.option("--samples", default=None, type=int, help="sampled replies per dilemma x framing (default: the profile's; paper 30)")
+@click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]))
+@click.option("--out", "-o", default=None, help="run directory")
+@click.option("--seed", default=42, show_default=True, type=int)
+@click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")
+@click.option("--progress/--no-progress", default=True)
+@_model_options
+def nsi_cmd(model, panel, samples, profile, out, seed, force, progress, device, dtype, quantize, device_map):
+    """Framing-stability audit: F0-F3 replies parsed, and P(agree) read exactly at the decision field."""
+    from readouts.nsi import NsiConfig, run_nsi
+
+    run_nsi(NsiConfig(model=model, panel=panel, profile=profile, samples=samples, out=out, seed=seed, force=force,
+                      progress=progress, device=device, dtype=dtype, quantize=quantize, device_map=device_map),
+            log=lambda line: click.echo(line, err=True))
+
+
 @cli.group("panels")
 def panels_group():
     """Validate, show and summarize panels (scenario files)."""

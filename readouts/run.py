@@ -83,6 +83,47 @@ def _versions() -> dict:
             "logit-readout": own}
 
 
+def model_manifest(lm, letters) -> dict:
+    """Manifest fields shared by every kind of run: the model, its template facts, letters, versions."""
+    facts = lm.facts
+    return {
+        "model": {k: getattr(facts, k) for k in ("name", "source", "hf_id", "revision", "architecture", "dtype", "quantize", "vocab_size")},
+        "device": facts.device,
+        "template": {"chat_template_sha256": facts.chat_template_sha256, "bos_token_id": facts.bos_token_id,
+                     "tokenizer_adds_bos": facts.tokenizer_adds_bos},
+        "letters": letters.as_manifest(),
+        "versions": _versions(),
+        "git_commit": _git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+    }
+
+
+def chunk_loop(rundir: RunDir, chunks, compute, bar, log, stop_after: int | None = None) -> int:
+    """Compute every unfinished chunk and write it atomically; returns how many were computed now."""
+    computed = 0
+    try:
+        for i, chunk in enumerate(chunks):
+            if rundir.is_finished(i):
+                log(f"chunk {i + 1}/{len(chunks)}: already finished, skipped")
+                continue
+            if stop_after is not None and computed >= stop_after:
+                raise Interrupted(f"stopped after {computed} chunks (testing aid)")
+            t0 = time.perf_counter()
+            first, second = compute(chunk)
+            rundir.write_chunk(i, first, second)
+            computed += 1
+            log(f"chunk {i + 1}/{len(chunks)}: computed {len(first)} rows in {time.perf_counter() - t0:.1f} s")
+    finally:
+        bar.close()
+    return computed
+
+
+def _as_frames(result):
+    probes, rows = result
+    return probe_frame(probes), scenario_frame(rows)
+
+
 def default_out(model: str, panel: str, profile: str, seed: int, sample: bool) -> Path:
     safe = model.replace("/", "__").strip("_.") or "model"
     return Path("runs") / Path(safe).name / panel / f"{profile}-seed{seed}{'-sample' if sample else ''}"
@@ -107,14 +148,9 @@ def run_study(cfg: RunConfig, log=print) -> Path:
     scenarios = select_scenarios(panel.records, profile)
     letters = lm.letters("ABCDE"[: max(len(s.options) for s in scenarios)])
     out = Path(cfg.out) if cfg.out else default_out(cfg.model, panel.name, profile.name, cfg.seed, cfg.sample)
-    facts = lm.facts
     manifest = {
+        **model_manifest(lm, letters),
         "kind": "judgment-action",
-        "model": {k: getattr(facts, k) for k in ("name", "source", "hf_id", "revision", "architecture", "dtype", "quantize", "vocab_size")},
-        "device": facts.device,
-        "template": {"chat_template_sha256": facts.chat_template_sha256, "bos_token_id": facts.bos_token_id,
-                     "tokenizer_adds_bos": facts.tokenizer_adds_bos},
-        "letters": letters.as_manifest(),
         "panel": {"name": panel.name, "path": panel.path, "sha256": panel.sha256, "records": len(panel.records),
                   "scenarios_read": [s.id for s in scenarios]},
         "frames_version": frame_texts()["version"],
@@ -122,10 +158,6 @@ def run_study(cfg: RunConfig, log=print) -> Path:
         "readouts": list(groups),
         "seed": cfg.seed,
         "sample": cfg.sample,
-        "versions": _versions(),
-        "git_commit": _git_commit(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join(sys.argv),
     }
     rundir = RunDir(out)
     for line in rundir.open(manifest, force=cfg.force):
@@ -139,23 +171,8 @@ def run_study(cfg: RunConfig, log=print) -> Path:
                disable=not cfg.progress, dynamic_ncols=True)
     runner = ChunkRunner(lm, profile, groups, cfg.seed, cfg.sample, panel.name, cfg.model, progress=bar,
                          token_budget=cfg.token_budget)
-    computed, t_start = 0, time.perf_counter()
-    timings = {}
-    try:
-        for i, chunk in enumerate(chunks):
-            if rundir.is_finished(i):
-                log(f"chunk {i + 1}/{len(chunks)}: already finished, skipped")
-                continue
-            if cfg.stop_after_chunks is not None and computed >= cfg.stop_after_chunks:
-                raise Interrupted(f"stopped after {computed} chunks (testing aid)")
-            t0 = time.perf_counter()
-            probes, rows = runner.run(chunk)
-            rundir.write_chunk(i, probe_frame(probes), scenario_frame(rows))
-            computed += 1
-            timings[i] = time.perf_counter() - t0
-            log(f"chunk {i + 1}/{len(chunks)}: computed {len(probes)} probes in {timings[i]:.1f} s")
-    finally:
-        bar.close()
+    t_start = time.perf_counter()
+    computed = chunk_loop(rundir, chunks, lambda chunk: _as_frames(runner.run(chunk)), bar, log, cfg.stop_after_chunks)
     probes_df, scenarios_df = rundir.merge(len(chunks))
     wall = time.perf_counter() - t_start
     rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True,

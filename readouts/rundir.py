@@ -49,9 +49,11 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
 class RunDir:
     """One run directory."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, tables: tuple[str, str] = ("probes", "scenarios")):
         self.path = Path(path)
         self.chunks = self.path / "chunks"
+        self.tables = tables
+        """Names of the two tables a chunk holds; the second one is written last and marks it finished."""
 
     @property
     def manifest_path(self) -> Path:
@@ -81,8 +83,8 @@ class RunDir:
                 )
             if diffs:
                 shutil.rmtree(self.chunks, ignore_errors=True)
-                for name in ("probes.parquet", "scenarios.parquet"):
-                    (self.path / name).unlink(missing_ok=True)
+                for name in self.tables:
+                    (self.path / f"{name}.parquet").unlink(missing_ok=True)
                 log.append(f"--force: discarded the previous run (different {', '.join(diffs)})")
             else:
                 log.append(f"resuming {self.path}: {len(self.finished())} chunks already finished")
@@ -91,31 +93,31 @@ class RunDir:
         self.write_manifest({**manifest, "chunks": self.finished(), "complete": False})
         return log
 
-    def chunk_paths(self, index: int, prefix: str = "") -> tuple[Path, Path]:
-        return self.chunks / f"{prefix}probes-{index:05d}.parquet", self.chunks / f"{prefix}scenarios-{index:05d}.parquet"
+    def chunk_paths(self, index: int) -> tuple[Path, Path]:
+        return tuple(self.chunks / f"{name}-{index:05d}.parquet" for name in self.tables)
 
-    def is_finished(self, index: int, prefix: str = "") -> bool:
-        return all(p.exists() for p in self.chunk_paths(index, prefix))
+    def is_finished(self, index: int) -> bool:
+        return all(p.exists() for p in self.chunk_paths(index))
 
     def finished(self) -> list[str]:
-        return sorted(p.name for p in self.chunks.glob("*scenarios-*.parquet")) if self.chunks.exists() else []
+        return sorted(p.name for p in self.chunks.glob(f"{self.tables[1]}-*.parquet")) if self.chunks.exists() else []
 
-    def write_chunk(self, index: int, probes: pd.DataFrame, scenarios: pd.DataFrame, prefix: str = "") -> None:
-        """Probes first, scenarios last: a chunk counts as finished only once both files exist."""
-        p, s = self.chunk_paths(index, prefix)
-        atomic_write_parquet(p, probes)
-        atomic_write_parquet(s, scenarios)
+    def write_chunk(self, index: int, first: pd.DataFrame, second: pd.DataFrame) -> None:
+        """First table, then the second: a chunk counts as finished only once both files exist."""
+        p, s = self.chunk_paths(index)
+        atomic_write_parquet(p, first)
+        atomic_write_parquet(s, second)
 
-    def merge(self, n_chunks: int, prefix: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+    def merge(self, n_chunks: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         probes, scenarios = [], []
         for i in range(n_chunks):
-            p, s = self.chunk_paths(i, prefix)
+            p, s = self.chunk_paths(i)
             if not (p.exists() and s.exists()):
                 raise ReadoutError(f"{s}: chunk: missing; the run is not complete (run the same command again)")
             probes.append(pd.read_parquet(p))
             scenarios.append(pd.read_parquet(s))
         probes_df = pd.concat(probes, ignore_index=True)
         scenarios_df = pd.concat(scenarios, ignore_index=True)
-        atomic_write_parquet(self.path / "probes.parquet", probes_df)
-        atomic_write_parquet(self.path / "scenarios.parquet", scenarios_df)
+        atomic_write_parquet(self.path / f"{self.tables[0]}.parquet", probes_df)
+        atomic_write_parquet(self.path / f"{self.tables[1]}.parquet", scenarios_df)
         return probes_df, scenarios_df

@@ -1,0 +1,86 @@
+"""`readout nsi` on tiny models: every reply kept as a row with its parse outcome, the continuous
+P(agree) equal to the plain forward pass on the rendered prefix, resume and manifest as for the gap study."""
+
+import pandas as pd
+import pytest
+import torch
+
+from engine.errors import ReadoutError
+from engine.letters import word_start_tokens
+from engine.scoring import Prompt, encode_prompt, plain_next_token_logits
+from panels.frames import render_polarity
+from panels.schema import load_panel
+from readouts import nsi as nsi_module
+from readouts.nsi import DECISION_PREFIX, NsiConfig, NsiProfile, run_nsi
+from readouts.run import Interrupted
+from tests.conftest import get_model
+
+
+@pytest.fixture(autouse=True)
+def short_budget(monkeypatch):
+    monkeypatch.setitem(nsi_module.NSI_PROFILES, "quick", NsiProfile("quick", samples=2, budget=12))
+
+
+def nsi(tmp_path, name, **kw):
+    logs = []
+    cfg = NsiConfig(**{"model": "tiny-llama3", "samples": 2, "out": str(tmp_path / name), "progress": False, **kw})
+    return run_nsi(cfg, log=logs.append), logs
+
+
+def test_replies_and_continuous_tables(tmp_path):
+    path, logs = nsi(tmp_path, "a")
+    replies = pd.read_parquet(path / "nsi_replies.parquet")
+    assert len(replies) == 14 * 4 * 3  # every reply kept, parsed or not
+    assert set(replies.temperature) == {0.0, 0.7} and (replies[replies["sample"] == 0].temperature == 0.0).all()
+    assert replies.parse_error[~replies.parse_ok].notna().all()
+    assert set(replies.negated[replies.framing.isin(["F1", "F3"])]) == {True}
+    cont = pd.read_parquet(path / "nsi_continuous.parquet")
+    assert len(cont) == 56
+    assert ((cont.p_endorse - cont.p_agree).abs() < 1e-12).eq(~cont.negated).all()
+    assert any(line.startswith("tables:") for line in logs)
+
+
+def test_continuous_readout_equals_plain_forward(tmp_path):
+    path, _ = nsi(tmp_path, "b", samples=0)
+    cont = pd.read_parquet(path / "nsi_continuous.parquet").set_index(["dilemma_id", "framing"])
+    lm = get_model("tiny-llama3")
+    tok = lm.tokenizer
+    words = word_start_tokens(tok, ("agree", "disagree"))
+    for d in load_panel("nsi-14").records[:3]:
+        for framing in ("F0", "F3"):
+            ids = encode_prompt(tok, Prompt(messages=render_polarity(d, framing).messages))
+            ids += tok.encode(DECISION_PREFIX, add_special_tokens=False)
+            probs = plain_next_token_logits(lm.model, ids).softmax(-1)
+            agree = float(probs[list(words.token_ids[0])].sum())
+            disagree = float(probs[list(words.token_ids[1])].sum())
+            row = cont.loc[(d.id, framing)]
+            assert row.mass_agree == pytest.approx(agree, abs=1e-5)
+            assert row.p_agree == pytest.approx(agree / (agree + disagree), abs=1e-5)
+
+
+def test_word_start_tokens():
+    tok = get_model("smollm2-135m").tokenizer
+    words = word_start_tokens(tok, ("agree", "disagree"))
+    agree = set(words.decoded[0])
+    assert "agree" in agree or "ag" in agree
+    assert all("agree".startswith(t) or t.startswith("agree") for t in agree)
+    assert not set(words.token_ids[0]) & set(words.token_ids[1])
+    assert torch.tensor(words.token_ids[1]).numel() > 0
+
+
+def test_resume_and_refusal(tmp_path):
+    with pytest.raises(Interrupted):
+        nsi(tmp_path, "c", samples=0, stop_after_chunks=3)
+    path, logs = nsi(tmp_path, "c", samples=0)
+    assert sum(line.startswith("chunk") and "already finished" in line for line in logs) == 3
+    full, _ = nsi(tmp_path, "d", samples=0)
+    pd.testing.assert_frame_equal(pd.read_parquet(path / "nsi_continuous.parquet"), pd.read_parquet(full / "nsi_continuous.parquet"))
+    with pytest.raises(ReadoutError, match="profile"):
+        nsi(tmp_path, "c", samples=1)
+
+
+def test_bad_nsi_input(tmp_path):
+    with pytest.raises(ReadoutError, match="gap panel"):
+        nsi(tmp_path, "e", panel="gap-v1")
+    with pytest.raises(ReadoutError, match="no chat template"):
+        nsi(tmp_path, "e", model="tiny-base")
