@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from engine.scoring import tempered_distribution
+from engine.scoring import halving_on_oom, tempered_distribution
 
 ANCHOR_RULES = ("own", "forced_after_completion", "forced_at_budget")
 
@@ -105,10 +105,11 @@ def generate(
             if not batch or ((len(batch) + 1) * width <= token_budget and (len(batch) + 1) * n <= max_rows):
                 batch.append(idx)
                 continue
-        for i, rollouts in zip(batch, _generate_batch(
-            model, [prompts[i] for i in batch], [seeds[i] for i in batch], max_new_tokens, stop_ids, n,
+        decode = lambda b: _generate_batch(  # noqa: E731
+            model, [prompts[i] for i in b], [seeds[i] for i in b], max_new_tokens, stop_ids, n,
             greedy_first, temperature, top_p, pad_id, device,
-        )):
+        )
+        for i, rollouts in zip(batch, halving_on_oom(decode, batch, lambda a, b: a + b)):
             out[i] = rollouts
         if on_batch is not None:
             on_batch(len(batch))

@@ -78,6 +78,8 @@ class ScoreStats:
     """Groups that shared a cached prefix."""
     group_sizes: list = field(default_factory=list)
     """Size of each shared-prefix group."""
+    oom_splits: int = 0
+    """Batches halved and retried after running out of accelerator memory."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,29 @@ def plan_prefix_groups(seqs: Sequence[Sequence[int]], min_prefix: int = 16) -> l
         return whole if whole is not None and whole[0] <= split[0] else split
 
     return best(0, n, 0)[1]
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an accelerator out-of-memory error (CUDA's own type, or a backend's message)."""
+    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def halving_on_oom(fn, batch: list, join, stats: ScoreStats | None = None):
+    """Run `fn(batch)`; when it runs out of memory, free cached memory and run each half instead.
+
+    `join` combines the halves' results. A single item that still does not fit re-raises the error.
+    """
+    try:
+        return fn(batch)
+    except RuntimeError as exc:
+        if not is_out_of_memory(exc) or len(batch) < 2:
+            raise
+    if stats is not None:
+        stats.oom_splits += 1
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    mid = len(batch) // 2
+    return join(halving_on_oom(fn, batch[:mid], join, stats), halving_on_oom(fn, batch[mid:], join, stats))
 
 
 def _plain_head(model) -> bool:
@@ -335,7 +360,8 @@ def score_ids(
             items.sort(key=lambda it: (it[2], len(seqs[it[0]]) - it[2]))
             suffix_len = lambda it: len(seqs[it[0]]) - it[2]  # noqa: E731
             for batch in _batches(items, lambda it: (suffix_len(it), len(seqs[it[0]])), budget, 4 * budget, max_batch):
-                logits = _suffix_forward(model, seqs, batch, kv, pad_id, device, stats)
+                logits = halving_on_oom(lambda b: _suffix_forward(model, seqs, b, kv, pad_id, device, stats), batch,
+                                        lambda a, b: torch.cat([a, b]), stats)
                 rows = letter_masses(logits, [letters[i] for i, _, _ in batch], [len(seqs[i]) for i, _, _ in batch], temperature, top_p)
                 for (i, _, _), row in zip(batch, rows):
                     results[i] = row
@@ -347,22 +373,28 @@ def score_ids(
 
 def _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats):
     """Run each group's shared prefix once; returns {group index: [(keys, values) per layer]}."""
-    from transformers import DynamicCache
-
     todo = sorted((g.prefix_len, gi) for gi, g in enumerate(wave) if g.prefix_len > 0)
     kv = {}
     for batch in _batches(todo, lambda t: (t[0], t[0]), budget, budget, max_batch):
-        rows = [seqs[wave[gi].members[0]][:plen] for plen, gi in batch]
-        ids, mask = _pad(rows, pad_id, device)
-        cache = DynamicCache(config=model.config)
-        # Right padding: real positions never see the padding (causal), so their keys/values are exact.
-        model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        stats.forward_passes += 1
-        stats.computed_tokens += sum(len(r) for r in rows)
-        stats.padded_tokens += ids.numel()
-        for b, (plen, gi) in enumerate(batch):
-            kv[gi] = [(layer.keys[b : b + 1, :, :plen], layer.values[b : b + 1, :, :plen]) for layer in cache.layers]
+        kv.update(halving_on_oom(lambda b: _prefix_batch(model, seqs, wave, b, pad_id, device, stats), batch,
+                                 lambda a, b: {**a, **b}, stats))
     return kv
+
+
+def _prefix_batch(model, seqs, wave, batch, pad_id, device, stats):
+    """One forward over a batch of shared prefixes; returns their per-layer keys and values."""
+    from transformers import DynamicCache
+
+    rows = [seqs[wave[gi].members[0]][:plen] for plen, gi in batch]
+    ids, mask = _pad(rows, pad_id, device)
+    cache = DynamicCache(config=model.config)
+    # Right padding: real positions never see the padding (causal), so their keys/values are exact.
+    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    stats.forward_passes += 1
+    stats.computed_tokens += sum(len(r) for r in rows)
+    stats.padded_tokens += ids.numel()
+    return {gi: [(layer.keys[b : b + 1, :, :plen], layer.values[b : b + 1, :, :plen]) for layer in cache.layers]
+            for b, (plen, gi) in enumerate(batch)}
 
 
 def _suffix_forward(model, seqs, batch, kv, pad_id, device, stats):

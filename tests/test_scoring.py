@@ -149,3 +149,57 @@ def test_tempered_distribution_rules():
     assert nucleus[0, 0] == 1.0  # the top token alone already covers half the mass
     with pytest.raises(ValueError):
         tempered_distribution(logits, 1.0, top_p=0.0)
+
+
+def test_out_of_memory_halves_the_batch_and_retries(monkeypatch):
+    """An injected CUDA out-of-memory error on batches above 2 rows: results unchanged, batches halved."""
+    lm, seqs, letters = probe_set("tiny-qwen2", n_scenarios=2, orders=4, seed=2)
+    ref = score_ids(lm.model, seqs, letters)
+    forward = type(lm.model).forward
+
+    def flaky(self, *args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(lm.model), "forward", flaky)
+    base_forward = type(lm.model.base_model).forward
+
+    def flaky_base(self, *args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return base_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(lm.model.base_model), "forward", flaky_base)
+    stats = ScoreStats()
+    out = score_ids(lm.model, seqs, letters, max_batch=32, stats=stats)
+    assert stats.oom_splits > 0
+    assert max_diff(ref, out) < 1e-5
+    other = RuntimeError("something else broke")
+
+    def broken(self, *args, **kwargs):
+        raise other
+
+    monkeypatch.setattr(type(lm.model.base_model), "forward", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        score_ids(lm.model, seqs, letters)
+
+
+def test_generation_survives_out_of_memory(monkeypatch):
+    from engine.generation import generate, stop_token_ids
+
+    lm = get_model("tiny-olmo3")
+    prompts = [encode_prompt(lm.tokenizer, Prompt(messages=({"role": "user", "content": f"Question {i}: " + "why " * i},))) for i in range(5)]
+    stop = stop_token_ids(lm.tokenizer, lm.model)
+    ref = generate(lm.model, prompts, max_new_tokens=5, stop_ids=stop)
+    forward = type(lm.model).forward
+
+    def flaky(self, *args, **kwargs):
+        if kwargs["input_ids"].shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(lm.model), "forward", flaky)
+    assert generate(lm.model, prompts, max_new_tokens=5, stop_ids=stop) == ref
