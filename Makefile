@@ -8,7 +8,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test readout bench clean-cache
+.PHONY: install test readout merge bench clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -27,6 +27,10 @@ test:
 # The judgment-action study; a killed run resumes when the same command is given again.
 readout:
 	$(VENV)/bin/readout run --model $(MODEL) --panel $(PANEL) --profile $(PROFILE)
+
+# After sharded jobs (scripts/slurm_readout.sh): make merge RUN=runs/<model>/<panel>/<profile>-seed0
+merge:
+	$(VENV)/bin/readout merge $(RUN)
 
 bench:
 	$(PY) bench/score_bench.py --out bench/results

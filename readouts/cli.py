@@ -83,16 +83,36 @@ def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, n
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
 @click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")
 @click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")
+@click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")
 @click.option("--progress/--no-progress", default=True)
 @_model_options
-def run_cmd(model, panel, profile, readouts, out, seed, sample, force, token_budget, progress, device, dtype, quantize, device_map):
+def run_cmd(model, panel, profile, readouts, out, seed, sample, force, token_budget, shard, progress, device, dtype, quantize, device_map):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
     from readouts.run import RunConfig, run_study
 
     cfg = RunConfig(model=model, panel=panel, profile=profile, readouts=readouts, out=out, seed=seed, sample=sample,
                     force=force, progress=progress, device=device, dtype=dtype, quantize=quantize,
-                    device_map=device_map, token_budget=token_budget)
+                    device_map=device_map, token_budget=token_budget, shard=_parse_shard(shard))
     run_study(cfg, log=lambda line: click.echo(line, err=True))
+
+
+def _parse_shard(text):
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ReadoutError(f"--shard: '{text}' must look like 0/4") from None
+    return i, n
+
+
+@cli.command("merge")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+def merge_cmd(run_dir):
+    """Merge the chunks of a sharded run into its tables (after every shard has finished)."""
+    from readouts.run import merge_run
+
+    merge_run(run_dir, log=lambda line: click.echo(line, err=True))
 
 
 @cli.command("nsi")

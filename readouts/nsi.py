@@ -143,11 +143,12 @@ def run_nsi(cfg: NsiConfig, log=print) -> Path:
         "seed": cfg.seed,
         "sample": True,
     }
+    dilemmas = list(panel.records)
+    chunks = [dilemmas[i : i + profile.chunk_dilemmas] for i in range(0, len(dilemmas), profile.chunk_dilemmas)]
+    manifest["n_chunks"] = len(chunks)
     rundir = RunDir(out, tables=("nsi_replies", "nsi_continuous"))
     for line in rundir.open(manifest, force=cfg.force):
         log(line)
-    dilemmas = list(panel.records)
-    chunks = [dilemmas[i : i + profile.chunk_dilemmas] for i in range(0, len(dilemmas), profile.chunk_dilemmas)]
     per = len(POLARITY_FRAMES) * (1 + profile.samples)
     from tqdm.auto import tqdm
 

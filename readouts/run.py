@@ -5,6 +5,7 @@ progress bar, ending in a run directory and a short summary.
 from __future__ import annotations
 
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -42,6 +43,8 @@ class RunConfig:
     quantize: str | None = None
     device_map: str | None = None
     token_budget: int | None = None
+    shard: tuple[int, int] | None = None
+    """(i, n): compute only chunks whose index is i modulo n, and leave the merge to `readout merge`."""
     stop_after_chunks: int | None = None
     """Testing aid: stop (as if killed) after this many newly computed chunks."""
 
@@ -99,11 +102,14 @@ def model_manifest(lm, letters) -> dict:
     }
 
 
-def chunk_loop(rundir: RunDir, chunks, compute, bar, log, stop_after: int | None = None) -> int:
-    """Compute every unfinished chunk and write it atomically; returns how many were computed now."""
+def chunk_loop(rundir: RunDir, chunks, compute, bar, log, stop_after: int | None = None, shard=(0, 1)) -> int:
+    """Compute every unfinished chunk of this shard and write it atomically; returns how many were computed now."""
     computed = 0
+    rank, world = shard
     try:
         for i, chunk in enumerate(chunks):
+            if i % world != rank:
+                continue
             if rundir.is_finished(i):
                 log(f"chunk {i + 1}/{len(chunks)}: already finished, skipped")
                 continue
@@ -133,16 +139,42 @@ class Interrupted(Exception):
     """Raised by the stop_after_chunks testing aid, as a kill would stop the run."""
 
 
+def parallel_context(shard, force: bool, device: str | None):
+    """(rank, world, distributed state or None, device): from --shard, or from an accelerate/torchrun launch."""
+    if shard is not None:
+        i, n = shard
+        if not (n >= 1 and 0 <= i < n):
+            raise ReadoutError(f"--shard: '{i}/{n}' must be i/n with 0 <= i < n")
+        if force and n > 1:
+            raise ReadoutError("--force cannot be combined with --shard (a shard would discard the others' chunks)")
+        return i, n, None, device
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch
+        from accelerate import PartialState
+
+        # Without CUDA, accelerate only forms a multi-process (gloo) group when told it runs on CPU.
+        state = PartialState(cpu=not torch.cuda.is_available())
+        return state.process_index, state.num_processes, state, device or str(state.device)
+    return 0, 1, None, device
+
+
 def run_study(cfg: RunConfig, log=print) -> Path:
-    """Run (or resume) the study; returns the run directory."""
+    """Run (or resume) the study; returns the run directory.
+
+    Several processes split the chunks: with `--shard i/n` (independent jobs; `readout merge` afterwards),
+    or under `accelerate launch`/`torchrun` (ranks from accelerate's PartialState; rank 0 merges).
+    """
     profile = get_profile(cfg.profile)
+    rank, world, state, device = parallel_context(cfg.shard, cfg.force, cfg.device)
+    if world > 1:
+        log = (lambda inner: lambda line: inner(f"[{rank}/{world}] {line}"))(log)
     try:
         panel = load_panel(cfg.panel)
     except PanelError as exc:
         raise ReadoutError(str(exc)) from None
     if panel.kind != "gap":
         raise ReadoutError(f"--panel: {panel.name} is a {panel.kind} panel; `readout run` reads judgment-action panels (use `readout nsi`)")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, quantize=cfg.quantize, device_map=cfg.device_map)
+    lm = load_model(cfg.model, device=device, dtype=cfg.dtype, quantize=cfg.quantize, device_map=cfg.device_map)
     chat = lm.facts.chat_template_sha256 is not None
     groups = parse_readouts(cfg.readouts, chat)
     scenarios = select_scenarios(panel.records, profile)
@@ -159,10 +191,16 @@ def run_study(cfg: RunConfig, log=print) -> Path:
         "seed": cfg.seed,
         "sample": cfg.sample,
     }
-    rundir = RunDir(out)
-    for line in rundir.open(manifest, force=cfg.force):
-        log(line)
     chunks = [scenarios[i : i + profile.chunk_scenarios] for i in range(0, len(scenarios), profile.chunk_scenarios)]
+    manifest["n_chunks"] = len(chunks)
+    rundir = RunDir(out)
+    if state is not None and not state.is_main_process:
+        state.wait_for_everyone()  # rank 0 opens (or refuses) the run directory first
+    if state is None or state.is_main_process:
+        for line in rundir.open(manifest, force=cfg.force):
+            log(line)
+        if state is not None:
+            state.wait_for_everyone()
     total = sum(reads_per_scenario(s, profile, groups) for s in scenarios)
     done_reads = sum(reads_per_scenario(s, profile, groups) for i, c in enumerate(chunks) if rundir.is_finished(i) for s in c)
     from tqdm.auto import tqdm
@@ -172,7 +210,15 @@ def run_study(cfg: RunConfig, log=print) -> Path:
     runner = ChunkRunner(lm, profile, groups, cfg.seed, cfg.sample, panel.name, cfg.model, progress=bar,
                          token_budget=cfg.token_budget)
     t_start = time.perf_counter()
-    computed = chunk_loop(rundir, chunks, lambda chunk: _as_frames(runner.run(chunk)), bar, log, cfg.stop_after_chunks)
+    computed = chunk_loop(rundir, chunks, lambda chunk: _as_frames(runner.run(chunk)), bar, log, cfg.stop_after_chunks,
+                          shard=(rank, world))
+    if state is not None:
+        state.wait_for_everyone()
+        if not state.is_main_process:
+            return rundir.path
+    elif world > 1:
+        log(f"shard {rank}/{world}: {computed} chunks computed; after every shard has finished: readout merge {rundir.path}")
+        return rundir.path
     probes_df, scenarios_df = rundir.merge(len(chunks))
     wall = time.perf_counter() - t_start
     rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True,
@@ -186,6 +232,29 @@ def run_study(cfg: RunConfig, log=print) -> Path:
         rates = ", ".join(f"{k} {runner.counts[k] / max(t, 1e-9):.2f}/s ({runner.counts[k]} in {t:.1f} s)"
                           for k, t in runner.timings.items())
         log(f"wall time {wall:.1f} s for {computed} chunks; probe rates: {rates}")
+    return rundir.path
+
+
+def merge_run(path: str | Path, log=print) -> Path:
+    """`readout merge`: after sharded jobs, check every chunk is there and write the tables."""
+    rundir = RunDir(path)
+    manifest = rundir.read_manifest()
+    if manifest is None:
+        raise ReadoutError(f"{rundir.manifest_path}: manifest: missing; is {path} a run directory?")
+    if manifest.get("kind") == "nsi":
+        rundir = RunDir(path, tables=("nsi_replies", "nsi_continuous"))
+    n = manifest.get("n_chunks")
+    if not isinstance(n, int):
+        raise ReadoutError(f"{rundir.manifest_path}: n_chunks: missing; the run was not started by `readout run`")
+    missing = [i + 1 for i in range(n) if not rundir.is_finished(i)]
+    if missing:
+        raise ReadoutError(f"{rundir.chunks}: chunks: {len(missing)} of {n} not finished yet (first: chunk {missing[0]}); rerun their shards")
+    first, second = rundir.merge(n)
+    rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True})
+    log(f"merged {n} chunks into {rundir.path}: {len(first)} + {len(second)} rows")
+    if manifest.get("kind") == "judgment-action":
+        for line in summary_lines(second):
+            log(line)
     return rundir.path
 
 
