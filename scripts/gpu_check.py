@@ -1,0 +1,134 @@
+"""GPU check: the real OLMo-3-7B architecture with random bf16 weights (nothing downloaded), the D readout
+on 64 gap-v1 scenarios x 32 option orders, and batched generation; prints probes/s, tokens/s and the share
+of the GPU's bf16 matmul rate measured in the same run. One call of the device tool runs it:
+
+    bash scripts/gpu_check.sh            # or: python scripts/gpu_check.py --arch llama3
+    python scripts/gpu_check.py --tiny   # the same code path on CPU with a small config (smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+ARCHS = {
+    # Public configs of the target checkpoints (architecture only).
+    "olmo3": dict(model_type="olmo3", vocab_size=100278, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=65536, rms_norm_eps=1e-6,
+                  sliding_window=4096, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+    "llama3": dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+}
+
+
+def matmul_rate(device, dtype, n=8192, reps=20) -> float:
+    """Measured dense matmul FLOP/s for this device and dtype."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def sync(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="olmo3")
+    ap.add_argument("--scenarios", type=int, default=64)
+    ap.add_argument("--orders", type=int, default=32)
+    ap.add_argument("--gen-prompts", type=int, default=64)
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--token-budget", type=int, default=65536)
+    ap.add_argument("--tiny", action="store_true", help="small config on CPU: checks the script, measures nothing useful")
+    ap.add_argument("--out", default=None, help="also write the results as JSON here")
+    args = ap.parse_args()
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from engine.generation import generate
+    from engine.letters import resolve_letters
+    from engine.loading import load_model
+    from engine.scoring import Prompt, ScoreStats, encode_prompt, score_ids
+    from panels.frames import render
+    from panels.orders import option_orders
+    from panels.schema import load_panel
+
+    device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    spec = dict(ARCHS[args.arch])
+    if args.tiny:
+        spec.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        args.scenarios, args.orders, args.gen_prompts, args.gen_tokens = 4, 4, 4, 8
+    # The tokenizer of the tiny ChatML family stands in for the real one (ids fit inside the real vocab).
+    tok = load_model("tiny-olmo3", device="cpu").tokenizer
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    t0 = time.perf_counter()
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{args.arch}: {params / 1e9:.2f} B parameters, random {dtype} weights on {device} ({time.perf_counter() - t0:.1f} s)")
+    rate = matmul_rate(device, dtype, n=8192 if device == "cuda" else 512, reps=20 if device == "cuda" else 3)
+    print(f"dense matmul: {rate / 1e12:.1f} TFLOP/s")
+
+    scenarios = load_panel("gap-v1").records[: args.scenarios]
+    seqs, letters = [], []
+    for s in scenarios:
+        lt = resolve_letters(tok, "ABCDE"[: len(s.options)])
+        for cell in ("primary", "twin"):
+            for order in option_orders(len(s.options), args.orders, 0, f"{s.id}|D"):
+                r = render(s, "agent", cell, order)
+                seqs.append(encode_prompt(tok, Prompt(messages=r.messages)))
+                letters.append(lt)
+    score_ids(model, seqs[:8], letters[:8], token_budget=args.token_budget)  # warm-up
+    sync(device)
+    stats = ScoreStats()
+    t0 = time.perf_counter()
+    score_ids(model, seqs, letters, token_budget=args.token_budget, stats=stats)
+    sync(device)
+    secs = time.perf_counter() - t0
+    flops = 2 * params * stats.computed_tokens
+    result = dict(arch=args.arch, device=device, params=params, matmul_tflops=rate / 1e12, d_probes=len(seqs),
+                  d_seconds=secs, d_probes_per_s=len(seqs) / secs, d_prompt_tokens=stats.prompt_tokens,
+                  d_computed_tokens=stats.computed_tokens, d_tokens_per_s=stats.computed_tokens / secs,
+                  d_share_of_matmul=flops / secs / rate)
+    print(f"D readout: {len(seqs)} probes in {secs:.1f} s = {len(seqs) / secs:.1f} probes/s; "
+          f"{stats.computed_tokens / secs:.0f} computed tokens/s ({stats.computed_tokens / stats.prompt_tokens:.2f} per prompt token); "
+          f"{100 * flops / secs / rate:.1f}% of the matmul rate")
+
+    prompts = [encode_prompt(tok, Prompt(messages=render(s, "judge_1").messages)) for s in scenarios[: args.gen_prompts]]
+    t0 = time.perf_counter()
+    out = generate(model, prompts, max_new_tokens=args.gen_tokens, stop_ids=frozenset(), n=9, greedy_first=True,
+                   temperature=0.7, token_budget=args.token_budget, max_rows=1024)
+    sync(device)
+    secs = time.perf_counter() - t0
+    new = sum(len(r.tokens) for rs in out for r in rs)
+    result.update(gen_rollouts=sum(len(rs) for rs in out), gen_tokens=new, gen_seconds=secs, gen_tokens_per_s=new / secs)
+    print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s")
+    if device == "cuda":
+        result["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        print(f"peak memory {result['peak_memory_gb']:.1f} GB")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
