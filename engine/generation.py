@@ -80,6 +80,7 @@ def generate(
     token_budget: int | None = None,
     max_rows: int | None = None,
     on_batch=None,
+    prefix_kv: dict | None = None,
 ) -> list[list[Rollout]]:
     """Generate `n` rollouts for each prompt (token ids); returns, per prompt, its rollouts in order.
 
@@ -87,6 +88,9 @@ def generate(
     rollouts sample (or all are greedy when temperature is 0). `seeds[i]` seeds prompt i's rollouts.
     `token_budget` bounds padded prompt tokens per prefill; `max_rows` bounds rows decoded together.
     `on_batch(k)` is called with the number of prompts finished after each batch (for progress bars).
+    `prefix_kv`, if given a dict, receives each prompt's prefill keys/values ({prompt tuple: [(k, v) per
+    layer]}), so that reading letters after the generated text need not run the prompt again
+    (`score_ids(..., known_prefixes=...)`).
     """
     if max_new_tokens < 1 or n < 1:
         raise ValueError("max_new_tokens and n must be >= 1")
@@ -107,7 +111,7 @@ def generate(
                 continue
         decode = lambda b: _generate_batch(  # noqa: E731
             model, [prompts[i] for i in b], [seeds[i] for i in b], max_new_tokens, stop_ids, n,
-            greedy_first, temperature, top_p, pad_id, device,
+            greedy_first, temperature, top_p, pad_id, device, prefix_kv,
         )
         for i, rollouts in zip(batch, halving_on_oom(decode, batch, lambda a, b: a + b)):
             out[i] = rollouts
@@ -117,7 +121,8 @@ def generate(
     return out
 
 
-def _generate_batch(model, prompts, seeds, max_new, stop_ids, n, greedy_first, temperature, top_p, pad_id, device):
+def _generate_batch(model, prompts, seeds, max_new, stop_ids, n, greedy_first, temperature, top_p, pad_id, device,
+                    prefix_kv=None):
     from transformers import DynamicCache
 
     ids, mask = _left_pad(prompts, pad_id, device)
@@ -126,6 +131,12 @@ def _generate_batch(model, prompts, seeds, max_new, stop_ids, n, greedy_first, t
     with torch.inference_mode():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                        use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        if prefix_kv is not None:
+            width = ids.shape[1]
+            for b, p in enumerate(prompts):
+                # Left padding: the prompt's keys/values are the last len(p) positions, at positions 0..len-1.
+                prefix_kv[tuple(p)] = [(layer.keys[b : b + 1, :, width - len(p):], layer.values[b : b + 1, :, width - len(p):])
+                                       for layer in cache.layers]
         if n > 1:  # one prefill, n rollouts
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)

@@ -290,11 +290,14 @@ def score_ids(
     pad_id: int = 0,
     progress: bool = False,
     stats: ScoreStats | None = None,
+    known_prefixes: dict | None = None,
 ) -> list[LetterMass]:
     """Letter masses for tokenized prompts, each read at the token after its last one.
 
     `fast=False` is the plain one-prompt-at-a-time reference. `token_budget` bounds padded tokens per
     forward pass; `max_batch` bounds rows. `stats`, if given, receives the work counters.
+    `known_prefixes` ({token tuple: [(keys, values) per layer]}, e.g. from `generate(prefix_kv=...)`) are
+    prefixes whose cache is already computed: prompts starting with one reuse it instead of running it.
     """
     from tqdm.auto import tqdm
 
@@ -337,25 +340,32 @@ def score_ids(
         groups = plan_prefix_groups(seqs, min_prefix=min_prefix)
     else:
         groups = [PrefixGroup(0, (i,)) for i in range(len(seqs))]
-    groups.sort(key=lambda g: (g.prefix_len, len(g.members)))
+    known: dict[int, object] = {}
+    if known_prefixes and prefix_reuse:
+        groups, known = _use_known_prefixes(groups, seqs, known_prefixes)
+    order = sorted(range(len(groups)), key=lambda k: (groups[k].prefix_len, len(groups[k].members)))
+    known = {order.index(k): v for k, v in known.items()}
+    groups = [groups[k] for k in order]
     stats.prefix_groups += sum(1 for g in groups if g.prefix_len)
     stats.group_sizes += [len(g.members) for g in groups if g.prefix_len]
 
     # Waves bound how many cached prefixes are held at once.
     wave, wave_tokens = [], 0
     waves = []
-    for g in groups:
+    for gi, g in enumerate(groups):
         if wave and wave_tokens + g.prefix_len > 4 * budget:
             waves.append(wave)
             wave, wave_tokens = [], 0
-        wave.append(g)
+        wave.append(gi)
         wave_tokens += g.prefix_len
     if wave:
         waves.append(wave)
 
     with torch.inference_mode():
-        for wave in waves:
-            kv = _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats)
+        for wave_ids in waves:
+            wave = [groups[gi] for gi in wave_ids]
+            given = {w: known[gi] for w, gi in enumerate(wave_ids) if gi in known}
+            kv = _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats, given)
             items = [(i, gi, g.prefix_len) for gi, g in enumerate(wave) for i in g.members]
             items.sort(key=lambda it: (it[2], len(seqs[it[0]]) - it[2]))
             suffix_len = lambda it: len(seqs[it[0]]) - it[2]  # noqa: E731
@@ -371,10 +381,30 @@ def score_ids(
     return results
 
 
-def _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats):
-    """Run each group's shared prefix once; returns {group index: [(keys, values) per layer]}."""
-    todo = sorted((g.prefix_len, gi) for gi, g in enumerate(wave) if g.prefix_len > 0)
-    kv = {}
+def _use_known_prefixes(groups, seqs, known_prefixes):
+    """Shorten groups (and lone prompts) that start with an already-computed prefix to exactly that prefix.
+
+    Returns the new groups and {group index: the prefix's keys/values}. Suffixes grow by the few tokens the
+    group shared beyond the known prefix, in exchange for not running the prefix at all.
+    """
+    lengths = sorted({len(k) for k in known_prefixes}, reverse=True)
+    out, known = [], {}
+    for g in groups:
+        head = seqs[g.members[0]]
+        limit = g.prefix_len if g.prefix_len else len(head) - 1
+        hit = next((L for L in lengths if L <= limit and tuple(head[:L]) in known_prefixes), None)
+        if hit is None:
+            out.append(g)
+            continue
+        known[len(out)] = known_prefixes[tuple(head[:hit])]
+        out.append(PrefixGroup(hit, g.members))
+    return out, known
+
+
+def _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats, given=None):
+    """Run each group's shared prefix once (unless `given`); returns {group index: [(keys, values) per layer]}."""
+    kv = dict(given or {})
+    todo = sorted((g.prefix_len, gi) for gi, g in enumerate(wave) if g.prefix_len > 0 and gi not in kv)
     for batch in _batches(todo, lambda t: (t[0], t[0]), budget, budget, max_batch):
         kv.update(halving_on_oom(lambda b: _prefix_batch(model, seqs, wave, b, pad_id, device, stats), batch,
                                  lambda a, b: {**a, **b}, stats))

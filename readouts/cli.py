@@ -10,6 +10,8 @@ import click
 
 from engine.errors import ReadoutError
 from panels.schema import PanelError
+from stats.errors import StatsInputError
+from stats.nsi_tables import NSITableError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -134,6 +136,88 @@ def nsi_cmd(model, panel, samples, profile, out, seed, force, progress, device, 
             log=lambda line: click.echo(line, err=True))
 
 
+@cli.command("stats")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats)")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples")
+@click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
+def stats_cmd(run_dir, out, seed, n_boot, mass_floor):
+    """The gap paper's analysis of one run: screen, excess, ladder, control, dose; tables and figures."""
+    from stats.report import run_report
+
+    kwargs = {} if mass_floor is None else {"mass_floor": mass_floor}
+    for line in run_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
+        click.echo(line)
+
+
+@cli.command("compare")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", required=True, help="output folder")
+@click.option("--role", "roles", multiple=True, help="RUN_DIR=role, e.g. runs/x=sft (checkpoint sweep, base/instruct)")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--n-boot", default=10_000, show_default=True, type=int)
+def compare_cmd(run_dirs, out, roles, seed, n_boot):
+    """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
+    from stats.compare import compare_runs
+
+    role_map = {}
+    for item in roles:
+        if "=" not in item:
+            raise ReadoutError(f"--role: '{item}' must look like RUN_DIR=role")
+        k, v = item.split("=", 1)
+        role_map[k] = v
+    for line in compare_runs(list(run_dirs), out, seed=seed, n_boot=n_boot, roles=role_map or None):
+        click.echo(line)
+
+
+@cli.command("nsi-stats")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats for one run; required for several)")
+@click.option("--groups", default=None, type=click.Path(dir_okay=False), help="model -> group mapping (JSON, or CSV model,group)")
+@click.option("--seed", default=0, show_default=True, type=int)
+def nsi_stats_cmd(run_dirs, out, groups, seed):
+    """Negation-sensitivity statistics across one or more `readout nsi` runs."""
+    from stats.nsi import load_groups, run_nsi_stats
+
+    if len(run_dirs) > 1 and out is None:
+        raise ReadoutError("--out: required when several run directories are given")
+    for line in run_nsi_stats(list(run_dirs), out, groups=load_groups(groups) if groups else None, seed=seed):
+        click.echo(line)
+
+
+@cli.command("nsi-export")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--n", "n_items", default=200, show_default=True, type=int, help="items to sample")
+@click.option("--stratify", default="framing", show_default=True, help="column(s) to stratify by, comma-separated")
+@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/coding)")
+@click.option("--seed", default=0, show_default=True, type=int)
+def nsi_export_cmd(run_dir, n_items, stratify, out, seed):
+    """A stratified sample of replies for human coding (Label Studio import and CSV)."""
+    from pathlib import Path
+
+    from stats.nsi_coding import export_sample
+
+    for line in export_sample(run_dir, out or str(Path(run_dir) / "coding"), n=n_items, stratify=stratify, seed=seed):
+        click.echo(line)
+
+
+@cli.command("nsi-gold")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.argument("gold", type=click.Path(dir_okay=False))
+@click.argument("second", required=False, type=click.Path(dir_okay=False))
+@click.option("--out", "-o", default=None, help="output folder for the tables (default RUN_DIR/coding)")
+@click.option("--seed", default=0, show_default=True, type=int)
+def nsi_gold_cmd(run_dir, gold, second, out, seed):
+    """Gold labels against the binary proxy: over-count, kappa, alpha, AC1, conflicts, judge F1."""
+    from pathlib import Path
+
+    from stats.nsi_coding import gold_report
+
+    for line in gold_report(run_dir, gold, second, out or str(Path(run_dir) / "coding"), seed=seed):
+        click.echo(line)
+
+
 @cli.group("panels")
 def panels_group():
     """Validate, show and summarize panels (scenario files)."""
@@ -184,7 +268,7 @@ def main(argv=None):
     """Entry point: click does the parsing; ReadoutError becomes one line and exit code 2."""
     try:
         rv = cli.main(args=argv, prog_name="readout", standalone_mode=False)
-    except (ReadoutError, PanelError) as exc:
+    except (ReadoutError, PanelError, StatsInputError, NSITableError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:

@@ -79,6 +79,7 @@ class ChunkRunner:
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
         self.stop = stop_token_ids(self.tok, lm.model)
         self.timings: dict[str, float] = {}
+        self._known: dict = {}
         self.counts: dict[str, int] = {}
 
     def _tick(self, n):
@@ -97,8 +98,10 @@ class ChunkRunner:
             stages.append(("dose", lambda: self._dose_reads(scenarios)))
         for name, plan in stages:
             t0 = time.perf_counter()
+            self._known = {}  # prompt caches from this stage's generation, reused to read after the anchor
             stage_reads = plan()
             rows += self._score(stage_reads)
+            self._known = {}
             reads += stage_reads
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
             self.counts[name] = self.counts.get(name, 0) + len(stage_reads)
@@ -131,6 +134,7 @@ class ChunkRunner:
                 greedy_first=True, temperature=self.profile.temperature, top_p=self.profile.top_p,
                 seeds=[derive_seed(self.seed, jobs[i][0].id, jobs[i][1], jobs[i][2], jobs[i][3]) for i in idx],
                 pad_id=self.pad, token_budget=self.token_budget, on_batch=lambda k: self._tick(k * n),
+                prefix_kv=self._known,
             )
             for i, r in zip(idx, rollouts):
                 results[i] = r
@@ -194,6 +198,7 @@ class ChunkRunner:
             results = score_ids(
                 self.lm.model, [reads[i].ids for i in idx], letters, temperature=temperature,
                 top_p=self.profile.top_p if temperature > 0 else 1.0, pad_id=self.pad, token_budget=self.token_budget,
+                known_prefixes=self._known,
             )
             for i, res, ft in zip(idx, results, first_token):
                 rows[i] = self._probe_row(reads[i], res)

@@ -203,3 +203,23 @@ def test_generation_survives_out_of_memory(monkeypatch):
 
     monkeypatch.setattr(type(lm.model), "forward", flaky)
     assert generate(lm.model, prompts, max_new_tokens=5, stop_ids=stop) == ref
+
+
+def test_known_prefixes_from_generation_equal_plain():
+    """Reads after generated text reuse the generation's prompt cache (left-padded batch) exactly."""
+    from engine.generation import anchor_read, generate, stop_token_ids
+
+    lm = get_model("tiny-llama3")
+    prompts = [encode_prompt(lm.tokenizer, Prompt(messages=({"role": "user", "content": f"Case {i}: which option, A or B? " + "Think. " * (3 * i)},)))
+               for i in range(4)]
+    kv = {}
+    rollouts = generate(lm.model, prompts, max_new_tokens=6, stop_ids=stop_token_ids(lm.tokenizer, lm.model), n=3,
+                        greedy_first=True, temperature=0.8, prefix_kv=kv)
+    assert set(kv) == {tuple(p) for p in prompts}
+    reads = [anchor_read(lm.tokenizer, p, r).ids for p, rs in zip(prompts, rollouts) for r in rs]
+    letters = [lm.letters("AB")] * len(reads)
+    ref = score_ids(lm.model, reads, letters, fast=False)
+    stats = ScoreStats()
+    out = score_ids(lm.model, reads, letters, known_prefixes=kv, stats=stats)
+    assert max_diff(ref, out) < 1e-5
+    assert stats.computed_tokens <= sum(len(r) for r in reads) - sum(3 * len(p) for p in prompts)
