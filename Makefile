@@ -8,7 +8,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test readout merge bench clean-cache
+.PHONY: install test readout merge bench bench-deps clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -32,8 +32,14 @@ readout:
 merge:
 	$(VENV)/bin/readout merge $(RUN)
 
+# lm-evaluation-harness is only for the D-readout comparison; it stays out of the project's dependencies.
+bench-deps:
+	$(PIP) install --quiet lm-eval==0.4.13
+
 bench:
 	$(PY) bench/score_bench.py --out bench/results
+	$(PY) bench/d_readout_bench.py --out bench/results
+	$(PY) bench/stats_bench.py --out bench/results
 
 clean-cache:
 	rm -rf $${LOGIT_READOUT_CACHE:-$$HOME/.cache/logit-readout}

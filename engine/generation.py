@@ -69,7 +69,7 @@ def generate(
     model,
     prompts: Sequence[Sequence[int]],
     *,
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     stop_ids: frozenset[int],
     n: int = 1,
     greedy_first: bool = False,
@@ -92,8 +92,9 @@ def generate(
     layer]}), so that reading letters after the generated text need not run the prompt again
     (`score_ids(..., known_prefixes=...)`).
     """
-    if max_new_tokens < 1 or n < 1:
-        raise ValueError("max_new_tokens and n must be >= 1")
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
+        raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
     device = model.get_input_embeddings().weight.device
     if token_budget is None:
         token_budget = 32768 if device.type == "cuda" else 4096
@@ -110,7 +111,7 @@ def generate(
                 batch.append(idx)
                 continue
         decode = lambda b: _generate_batch(  # noqa: E731
-            model, [prompts[i] for i in b], [seeds[i] for i in b], max_new_tokens, stop_ids, n,
+            model, [prompts[i] for i in b], [seeds[i] for i in b], [budgets[i] for i in b], stop_ids, n,
             greedy_first, temperature, top_p, pad_id, device, prefix_kv,
         )
         for i, rollouts in zip(batch, halving_on_oom(decode, batch, lambda a, b: a + b)):
@@ -121,7 +122,7 @@ def generate(
     return out
 
 
-def _generate_batch(model, prompts, seeds, max_new, stop_ids, n, greedy_first, temperature, top_p, pad_id, device,
+def _generate_batch(model, prompts, seeds, budgets, stop_ids, n, greedy_first, temperature, top_p, pad_id, device,
                     prefix_kv=None):
     from transformers import DynamicCache
 
@@ -148,6 +149,8 @@ def _generate_batch(model, prompts, seeds, max_new, stop_ids, n, greedy_first, t
         generated = [[] for _ in range(rows)]
         done = torch.zeros(rows, dtype=torch.bool, device=device)
         stopped = [False] * rows
+        row_budget = torch.tensor([budgets[r // n] for r in range(rows)], device=device)
+        max_new = max(budgets)
         stop = torch.tensor(sorted(stop_ids), device=device) if stop_ids else None
         for step in range(max_new):
             next_tok = logits.argmax(-1)
@@ -162,7 +165,7 @@ def _generate_batch(model, prompts, seeds, max_new, stop_ids, n, greedy_first, t
                 generated[r].append(int(next_tok[r]))
             for r in is_stop.nonzero().flatten().tolist():
                 stopped[r] = True
-            done = done | is_stop
+            done = done | is_stop | (row_budget <= step + 1)
             if bool(done.all()) or step == max_new - 1:
                 break
             last_pos = last_pos + 1

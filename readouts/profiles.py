@@ -49,7 +49,7 @@ class Profile:
 
 PROFILES = {
     "paper": Profile("paper", None, 32, 32, 32, 8, 0.7, 1.0, 8, 512, 512, 64, 4, 4),
-    "quick": Profile("quick", 10, 6, 4, 4, 2, 0.7, 1.0, 2, 24, 24, 12, 1, 2),
+    "quick": Profile("quick", 10, 6, 4, 4, 2, 0.7, 1.0, 2, 24, 24, 12, 1, 5),
 }
 
 

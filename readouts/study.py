@@ -120,27 +120,18 @@ class ChunkRunner:
                     reads.append(Read(s, cell, readout, frame, k, r, 0, ids))
         return reads
 
-    def _generated_reads(self, jobs, n, budget_of, anchor_of) -> list[tuple]:
-        """jobs: (scenario, cell, readout, frame, order_index, rendered); returns (job, prompt ids, rollouts)."""
+    def _generated_reads(self, jobs, n, budget_of) -> list[tuple]:
+        """jobs: (scenario, cell, readout, frame, order_index, rendered); returns (job, prompt ids, rollouts).
+        One decoding loop for all jobs, each with its own token budget."""
         prompts = [tuple(encode_prompt(self.tok, _prompt(job[5]))) for job in jobs]
-        out = []
-        by_budget = {}
-        for i, job in enumerate(jobs):
-            by_budget.setdefault(budget_of(job), []).append(i)
-        results = [None] * len(jobs)
-        for budget, idx in by_budget.items():
-            rollouts = generate(
-                self.lm.model, [prompts[i] for i in idx], max_new_tokens=budget, stop_ids=self.stop, n=n,
-                greedy_first=True, temperature=self.profile.temperature, top_p=self.profile.top_p,
-                seeds=[derive_seed(self.seed, jobs[i][0].id, jobs[i][1], jobs[i][2], jobs[i][3]) for i in idx],
-                pad_id=self.pad, token_budget=self.token_budget, on_batch=lambda k: self._tick(k * n),
-                prefix_kv=self._known,
-            )
-            for i, r in zip(idx, rollouts):
-                results[i] = r
-        for job, ids, rollouts in zip(jobs, prompts, results):
-            out.append((job, ids, rollouts))
-        return out
+        rollouts = generate(
+            self.lm.model, prompts, max_new_tokens=[budget_of(job) for job in jobs], stop_ids=self.stop, n=n,
+            greedy_first=True, temperature=self.profile.temperature, top_p=self.profile.top_p,
+            seeds=[derive_seed(self.seed, job[0].id, job[1], job[2], job[3]) for job in jobs],
+            pad_id=self.pad, token_budget=self.token_budget, on_batch=lambda k: self._tick(k * n),
+            prefix_kv=self._known,
+        )
+        return list(zip(jobs, prompts, rollouts))
 
     def _judge_reads(self, scenarios) -> list[Read]:
         jobs = []
@@ -151,7 +142,7 @@ class ChunkRunner:
                     jobs.append((s, cell, "J", frame, k, render(s, frame, cell, orders[k])))
         reads = []
         for (s, cell, readout, frame, k, r), ids, rollouts in self._generated_reads(
-            jobs, 1 + self.profile.j_samples, lambda job: self.profile.j_budget, None
+            jobs, 1 + self.profile.j_samples, lambda job: self.profile.j_budget
         ):
             for j, rollout in enumerate(rollouts):
                 a = anchor_read(self.tok, ids, rollout, r.anchor)
@@ -167,7 +158,7 @@ class ChunkRunner:
                     jobs.append((s, cell, f"dose_{arm}", f"dose_{arm}", 0, render(s, f"dose_{arm}", cell, order)))
         budget = lambda job: self.profile.dose_brief_budget if job[2] == "dose_brief" else self.profile.dose_budget  # noqa: E731
         reads, filler = [], {}
-        for (s, cell, readout, frame, k, r), ids, rollouts in self._generated_reads(jobs, self.profile.dose_rollouts, budget, None):
+        for (s, cell, readout, frame, k, r), ids, rollouts in self._generated_reads(jobs, self.profile.dose_rollouts, budget):
             for j, rollout in enumerate(rollouts):
                 a = anchor_read(self.tok, ids, rollout, r.anchor)
                 reads.append(Read(s, cell, readout, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule))

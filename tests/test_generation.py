@@ -93,3 +93,13 @@ def test_anchor_rules():
 def test_derive_seed_is_stable():
     assert derive_seed(0, "x", 1) == derive_seed(0, "x", 1) != derive_seed(0, "x", 2)
     assert derive_seed(1) == 7060576587572479595  # fixed forever: runs on other machines must draw the same rollouts
+
+
+def test_per_prompt_budgets():
+    lm = get_model("tiny-olmo3")
+    ps = prompts_for(lm)
+    out = generate(lm.model, ps, max_new_tokens=[3, 7, 5, 1], stop_ids=frozenset(), n=2, greedy_first=True, temperature=0.9)
+    assert [[len(r.tokens) for r in rs] for rs in out] == [[3, 3], [7, 7], [5, 5], [1, 1]]
+    assert all(not r.stopped for rs in out for r in rs)
+    alone = generate(lm.model, [ps[1]], max_new_tokens=7, stop_ids=frozenset(), n=2, greedy_first=True, temperature=0.9)
+    assert alone[0] == out[1]
