@@ -42,8 +42,9 @@ class NsiProfile:
 
 NSI_PROFILES = {
     "paper": NsiProfile("paper", samples=30, budget=4096),
-    # A full schema-conforming JSON object takes ~100-150 tokens; quick keeps that and fewer samples.
-    "quick": NsiProfile("quick", samples=8, budget=160),
+    # Sized for two CPU cores: enough budget for a short JSON object (~80-100 tokens), few samples. One
+    # chunk of 2 dilemmas x 4 framings x (1 + 4) rollouts decodes as a single batch of 40 rows.
+    "quick": NsiProfile("quick", samples=4, budget=96),
 }
 
 

@@ -86,8 +86,10 @@ def read_replies(run_dir: str | Path) -> pd.DataFrame:
     if (df["temperature"] < 0).any():
         _fail(path, "temperature", "negative values")
     df["sample"] = df["sample"].astype(int)
-    ok = df["parse_ok"]
-    dec = df["decision"]
+    ok = df["parse_ok"].astype(bool)
+    # Readouts write nullable columns (pandas "string", "Int64"); compare on plain objects/floats so a
+    # missing decision is simply "not agree" rather than a missing comparison.
+    dec = df["decision"].astype(object).where(df["decision"].notna(), None)
     bad_dec = ok & ~dec.isin(["agree", "disagree"])
     if bad_dec.any():
         _fail(path, "decision", f"{int(bad_dec.sum())} parsed rows without agree/disagree (e.g. {dec[bad_dec].iloc[0]!r})")
@@ -95,13 +97,14 @@ def read_replies(run_dir: str | Path) -> pd.DataFrame:
         _fail(path, "decision", "set on rows with parse_ok false")
     if df.loc[ok, "endorse"].isna().any():
         _fail(path, "endorse", "null on parsed rows")
-    expected = ((dec == "agree") != df["negated"]).astype(int)
-    endorse = pd.to_numeric(df["endorse"], errors="coerce")
+    is_agree = dec.eq("agree").astype(bool)
+    expected = (is_agree != df["negated"].astype(bool)).astype(int)
+    endorse = pd.to_numeric(df["endorse"].astype(object).where(df["endorse"].notna(), None), errors="coerce").astype(float)
     wrong = ok & (endorse != expected)
     if wrong.any():
         _fail(path, "endorse", f"{int(wrong.sum())} rows are not decision XOR negated")
     df["endorse"] = endorse.where(ok)
-    df["agree"] = (dec == "agree").astype(float).where(ok)
+    df["agree"] = is_agree.astype(float).where(ok)
     key = ["model", "dilemma_id", "framing", "temperature", "sample"]
     dup = df.duplicated(key)
     if dup.any():

@@ -38,6 +38,11 @@ def test_replies_and_continuous_tables(tmp_path):
     assert len(cont) == 56
     assert ((cont.p_endorse - cont.p_agree).abs() < 1e-12).eq(~cont.negated).all()
     assert any(line.startswith("tables:") for line in logs)
+    from stats.nsi import run_nsi_stats  # the analysis reads what the readout wrote, nullable dtypes included
+
+    headlines = run_nsi_stats([path], None, seed=0, n_null=200, n_boot=200)
+    assert any("continuous NSI" in line for line in headlines)
+    assert (path / "stats" / "fig_acquiescence.png").exists() and (path / "stats" / "fig_nsi_heatmap.png").exists()
 
 
 def test_continuous_readout_equals_plain_forward(tmp_path):

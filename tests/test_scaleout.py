@@ -1,5 +1,5 @@
-"""Scale-out: sharded jobs plus `readout merge`, and a 2-process torchrun launch (gloo on CPU), give the
-same tables as one process."""
+"""Scale-out: sharded jobs plus `readout merge`, and 2-process launches with torchrun and with accelerate
+(gloo on CPU), give the same tables as one process."""
 
 import os
 import subprocess
@@ -49,10 +49,19 @@ def test_bad_shard(tmp_path):
         run_study(RunConfig(out=str(tmp_path / "x"), shard=(0, 2), force=True, **ARGS), log=lambda _: None)
 
 
-def test_torchrun_two_processes_equal_single_run(single, tmp_path):
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--nproc_per_node", "2", "--master_port", "29517"],
+    # --multi_gpu picks torch's elastic launcher; on a CPU-only machine the ranks form a gloo group.
+    "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518"],
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_processes_equal_single_run(single, tmp_path, launcher):
     out = tmp_path / "ddp"
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", "-m", "readouts", "run",
+    head = LAUNCHERS[launcher]
+    cmd = [str(Path(sys.executable).with_name(head[0])), *head[1:], "-m", "readouts", "run",
            "--model", ARGS["model"], "--profile", ARGS["profile"], "--readouts", ARGS["readouts"], "--out", str(out),
            "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
