@@ -137,18 +137,21 @@ def nsi_cmd(model, panel, samples, profile, out, seed, force, progress, device, 
 
 
 @cli.command("stats")
-@click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats)")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats; one run only)")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples")
 @click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
-def stats_cmd(run_dir, out, seed, n_boot, mass_floor):
-    """The gap paper's analysis of one run: screen, excess, ladder, control, dose; tables and figures."""
+def stats_cmd(run_dirs, out, seed, n_boot, mass_floor):
+    """The gap paper's analysis of each run: screen, excess, ladder, control, dose; tables and figures."""
     from stats.report import run_report
 
+    if out is not None and len(run_dirs) > 1:
+        raise ReadoutError("--out: give it with one run directory (each run writes its own RUN_DIR/stats)")
     kwargs = {} if mass_floor is None else {"mass_floor": mass_floor}
-    for line in run_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
-        click.echo(line)
+    for run_dir in run_dirs:
+        for line in run_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
+            click.echo(line)
 
 
 @cli.command("compare")
