@@ -344,7 +344,8 @@ def score_ids(
     if known_prefixes and prefix_reuse:
         groups, known = _use_known_prefixes(groups, seqs, known_prefixes)
     order = sorted(range(len(groups)), key=lambda k: (groups[k].prefix_len, len(groups[k].members)))
-    known = {order.index(k): v for k, v in known.items()}
+    position = {k: i for i, k in enumerate(order)}
+    known = {position[k]: v for k, v in known.items()}
     groups = [groups[k] for k in order]
     stats.prefix_groups += sum(1 for g in groups if g.prefix_len)
     stats.group_sizes += [len(g.members) for g in groups if g.prefix_len]

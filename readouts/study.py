@@ -163,11 +163,10 @@ class ChunkRunner:
                 a = anchor_read(self.tok, ids, rollout, r.anchor)
                 reads.append(Read(s, cell, readout, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule))
                 if readout == "dose_filler":
-                    filler[(s.id, cell, j)] = (r, ids, rollout)
+                    filler[(s.id, cell, j)] = (s, r, ids, rollout)
         # Truncated filler: the filler text cut mid-way (half its tokens) with the anchor forced there,
         # so the restatement has the cut-off, forced form that truncated reasoning has.
-        for (sid, cell, j), (r, ids, rollout) in filler.items():
-            s = next(x for x in scenarios if x.id == sid)
+        for (_, cell, j), (s, r, ids, rollout) in filler.items():
             cut = len(rollout.tokens) // 2
             a = anchor_read(self.tok, ids, rollout, r.anchor, cut=cut)
             if a.rule == "own":  # the anchor sits in the kept half: cut before it so the answer is forced
@@ -241,7 +240,7 @@ class ChunkRunner:
                     out.extend(frame_rows)
                     if readout == "J" and frame_rows:
                         out.append(self._judge_aggregate(s, frame_rows, base, cell))
-        return [_ordered(r) for r in out]
+        return out
 
     def _first_token_row(self, items) -> dict:
         p = np.array([row["p_violating"] for _, row in items], dtype=float)
@@ -316,10 +315,6 @@ SCENARIO_COLUMNS = ["model", "panel", "scenario_id", "family", "domain", "genera
                     "readout", "frame", "budget", "p_violating", "violating_fraction", "majority_violating_prob",
                     "letter_mass", "judged_option", "stability", "violating_judged_frames", "n_orders", "n_rollouts",
                     "completed_fraction"]
-
-
-def _ordered(row: dict) -> dict:
-    return {c: row.get(c) for c in SCENARIO_COLUMNS}
 
 
 def scenario_frame(rows: list[dict]):
