@@ -75,19 +75,28 @@ class ScoreStats:
     forward_passes: int = 0
     """Model calls."""
     prefix_groups: int = 0
-    """Groups that shared a cached prefix."""
+    """Prefix-tree nodes whose keys/values were cached and shared."""
     group_sizes: list = field(default_factory=list)
-    """Size of each shared-prefix group."""
+    """Prompts read on each cached node."""
+    duplicates: int = 0
+    """Prompts identical to an earlier one in the same call: run once, read once per letter set."""
     oom_splits: int = 0
     """Batches halved and retried after running out of accelerator memory."""
 
 
 @dataclass(frozen=True)
 class PrefixGroup:
-    """Prompts that run their first `prefix_len` tokens once (0 = no shared prefix)."""
+    """A node of the prefix tree: prompts that share their first `prefix_len` tokens, run once and cached.
+
+    `parent` (the index of an earlier node in the same plan, or None) is the node whose cache this one
+    extends: the node itself computes only the tokens from the parent's `prefix_len` to its own. `members`
+    are the prompts read on top of this node's cache; each still runs at least one token of its own, whose
+    position is read. A node with `prefix_len` 0 caches nothing (its members run whole).
+    """
 
     prefix_len: int
     members: tuple[int, ...]
+    parent: int | None = None
 
 
 def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
@@ -143,13 +152,30 @@ def letter_masses(
     return out
 
 
-def plan_prefix_groups(seqs: Sequence[Sequence[int]], min_prefix: int = 16) -> list[PrefixGroup]:
-    """Partition prompts into groups that share a token prefix, minimizing tokens computed.
+NODE_OVERHEAD = 4
+"""Token-equivalents a prefix-tree node costs beyond its own tokens (an extra row in a forward pass, and
+assembling its cache from its ancestors'): a node is made only where it saves more than that."""
+
+
+def plan_prefix_groups(
+    seqs: Sequence[Sequence[int]], min_prefix: int = 16, node_overhead: int = NODE_OVERHEAD, cached: int = 0,
+    nest: bool = True,
+) -> list[PrefixGroup]:
+    """A prefix tree over the prompts that minimizes the tokens computed.
 
     Prompts are sorted lexicographically, so the common prefix of any run of neighbours is the minimum of
-    their neighbour LCPs. A run is either one group (its common prefix computed once; each member's
-    suffix computed separately) or split where the LCP is smallest, whichever computes fewer tokens.
-    A group's prefix always leaves each member at least one token, whose position is read.
+    their neighbour LCPs, and cutting a run where that minimum is reached gives the runs that share more.
+    A run given a cached prefix of length p is computed the cheapest of three ways: every member runs its
+    tokens after p (flat); the sub-runs are planned separately on p (split); or a node caches the run's
+    common prefix q once (q - p tokens plus `node_overhead`) and the sub-runs are planned on q (nest).
+    A top-level node needs at least `min_prefix` tokens. Nodes come parents first; a prompt sharing nothing
+    worth caching is a node of its own with prefix 0. Identical prompts share a node that leaves each one
+    token (callers that can, such as `score_ids`, drop duplicates first).
+
+    `cached` > 0 says all prompts start with a prefix of that many tokens whose cache the caller already
+    has: the plan's first node is that prefix (with the prompts that share nothing more as members) and
+    every other top-level node hangs below it. `nest=False` plans one level of groups (no node extends
+    another; for comparison).
     """
     n = len(seqs)
     if n == 0:
@@ -164,30 +190,48 @@ def plan_prefix_groups(seqs: Sequence[Sequence[int]], min_prefix: int = 16) -> l
         while m < limit and a[m] == b[m]:
             m += 1
         lcp.append(m)
+    memo: dict = {}
 
-    def singletons(lo, hi):
-        return sum(lens[lo:hi]), [PrefixGroup(0, (order[k],)) for k in range(lo, hi)]
+    def best(lo, hi, p, depth):
+        """(tokens, items) for the run [lo, hi) on a cached prefix of p tokens; item: ("leaf", k) | ("node", q, items)."""
+        key = (lo, hi, p)
+        if key in memo:
+            return memo[key]
+        options = [(sum(lens[lo:hi]) - p * (hi - lo), [("leaf", k) for k in range(lo, hi)])]
+        if hi - lo > 1 and depth <= 200:  # pathological nesting: stop refining
+            m = min(lcp[lo : hi - 1])
+            q = min(m, min(lens[lo:hi]) - 1)
+            cuts = [k + 1 for k in range(lo, hi - 1) if lcp[k] == m]
+            parts = list(zip([lo] + cuts, cuts + [hi]))
+            if len(parts) < hi - lo:
+                planned = [best(a, b, p, depth + 1) for a, b in parts]
+                options.append((sum(c for c, _ in planned), [it for _, items in planned for it in items]))
+            if q > p and (q >= min_prefix if p == cached else nest):
+                planned = [best(a, b, q, depth + 1) for a, b in parts]
+                cost = q - p + node_overhead + sum(c for c, _ in planned)
+                options.append((cost, [("node", q, [it for _, items in planned for it in items])]))
+        memo[key] = min(options, key=lambda o: o[0])
+        return memo[key]
 
-    def best(lo, hi, depth):
-        if hi - lo == 1:
-            return singletons(lo, hi)
-        m = min(lcp[lo : hi - 1])
-        p = min(m, min(lens[lo:hi]) - 1)
-        whole = None
-        if p >= min_prefix:
-            whole = (p + sum(lens[lo:hi]) - p * (hi - lo), [PrefixGroup(p, tuple(order[lo:hi]))])
-        if depth > 200:  # pathological nesting: stop refining
-            split = singletons(lo, hi)
+    plan: list[PrefixGroup] = []
+
+    def emit(q, items, parent):
+        index = len(plan)
+        plan.append(PrefixGroup(q, tuple(order[it[1]] for it in items if it[0] == "leaf"), parent))
+        for it in items:
+            if it[0] == "node":
+                emit(it[1], it[2], index)
+
+    top = best(0, n, cached, 0)[1]
+    if cached:
+        emit(cached, top, None)
+        return plan
+    for it in top:
+        if it[0] == "leaf":
+            plan.append(PrefixGroup(0, (order[it[1]],)))
         else:
-            cost, groups, start = 0, [], lo
-            cuts = [k for k in range(lo, hi - 1) if lcp[k] == m] + [hi - 1]
-            for k in cuts:
-                c, g = best(start, k + 1, depth + 1)
-                cost, groups, start = cost + c, groups + g, k + 1
-            split = (cost, groups)
-        return whole if whole is not None and whole[0] <= split[0] else split
-
-    return best(0, n, 0)[1]
+            emit(it[1], it[2], None)
+    return plan
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -330,140 +374,195 @@ def score_ids(
     default_budget, default_batch = _default_budget(device)
     budget = token_budget or default_budget
     max_batch = max_batch or default_batch
-    longest = max(len(s) for s in seqs)
+    # Identical prompts run once (their logits are the same); each is still read with its own letters.
+    readers: dict = {}
+    for i, s in enumerate(seqs):
+        readers.setdefault(tuple(s) if prefix_reuse else i, []).append(i)
+    copies = list(readers.values())
+    stats.duplicates += len(seqs) - len(copies)
+    uniq = [seqs[c[0]] for c in copies]
     window = getattr(model.config, "sliding_window", None)
-    if window and 2 * longest >= window:
+    if window and 2 * max(len(s) for s in uniq) >= window:
         # Shared prefixes are padded to a common cache length, which shifts cache positions; keep the
         # sliding-window mask exact by not reusing prefixes when sequences approach the window.
         prefix_reuse = False
-    if prefix_reuse:
-        groups = plan_prefix_groups(seqs, min_prefix=min_prefix)
-    else:
-        groups = [PrefixGroup(0, (i,)) for i in range(len(seqs))]
-    known: dict[int, object] = {}
-    if known_prefixes and prefix_reuse:
-        groups, known = _use_known_prefixes(groups, seqs, known_prefixes)
-    order = sorted(range(len(groups)), key=lambda k: (groups[k].prefix_len, len(groups[k].members)))
-    position = {k: i for i, k in enumerate(order)}
-    known = {position[k]: v for k, v in known.items()}
-    groups = [groups[k] for k in order]
-    stats.prefix_groups += sum(1 for g in groups if g.prefix_len)
-    stats.group_sizes += [len(g.members) for g in groups if g.prefix_len]
-
-    # Waves bound how many cached prefixes are held at once.
-    wave, wave_tokens = [], 0
-    waves = []
-    for gi, g in enumerate(groups):
-        if wave and wave_tokens + g.prefix_len > 4 * budget:
-            waves.append(wave)
-            wave, wave_tokens = [], 0
-        wave.append(gi)
-        wave_tokens += g.prefix_len
-    if wave:
-        waves.append(wave)
+    plan: list[PrefixGroup] = []
+    given: dict[int, list] = {}  # node index -> keys/values of a known prefix
+    if not prefix_reuse:
+        plan = [PrefixGroup(0, (i,)) for i in range(len(uniq))]
+    for key, indices in _by_known_prefix(uniq, known_prefixes).items() if prefix_reuse else ():
+        offset = len(plan)
+        for g in plan_prefix_groups([uniq[i] for i in indices], min_prefix=min_prefix, cached=len(key)):
+            parent = None if g.parent is None else g.parent + offset
+            plan.append(PrefixGroup(g.prefix_len, tuple(indices[m] for m in g.members), parent))
+        if key:
+            given[offset] = known_prefixes[key]
+    stats.prefix_groups += sum(1 for g in plan if g.prefix_len)
+    stats.group_sizes += [len(g.members) for g in plan if g.prefix_len and g.members]
 
     with torch.inference_mode():
-        for wave_ids in waves:
-            wave = [groups[gi] for gi in wave_ids]
-            given = {w: known[gi] for w, gi in enumerate(wave_ids) if gi in known}
-            kv = _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats, given)
-            items = [(i, gi, g.prefix_len) for gi, g in enumerate(wave) for i in g.members]
-            items.sort(key=lambda it: (it[2], len(seqs[it[0]]) - it[2]))
-            suffix_len = lambda it: len(seqs[it[0]]) - it[2]  # noqa: E731
-            for batch in _batches(items, lambda it: (suffix_len(it), len(seqs[it[0]])), budget, 4 * budget, max_batch):
-                logits = halving_on_oom(lambda b: _suffix_forward(model, seqs, b, kv, pad_id, device, stats), batch,
-                                        lambda a, b: torch.cat([a, b]), stats)
-                rows = letter_masses(logits, [letters[i] for i, _, _ in batch], [len(seqs[i]) for i, _, _ in batch], temperature, top_p)
-                for (i, _, _), row in zip(batch, rows):
-                    results[i] = row
-                bar.update(len(batch))
+        for wave in _waves(plan, 4 * budget):
+            kv = _node_kv(model, uniq, plan, wave, given, budget, max_batch, pad_id, device, stats)
+            items = [(u, node, plan[node].prefix_len) for node in wave for u in plan[node].members]
+            items.sort(key=lambda it: (it[2], len(uniq[it[0]]) - it[2]))
+            cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
+            for batch in _batches(items, cost, budget, 4 * budget, max_batch):
+                rows = [(uniq[u][plen:], node) for u, node, plen in batch]
+                logits = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=True),
+                                        rows, lambda a, b: torch.cat([a, b]), stats)
+                picks = [(row, i) for row, (u, _, _) in enumerate(batch) for i in copies[u]]
+                masses = letter_masses(logits[[row for row, _ in picks]], [letters[i] for _, i in picks],
+                                       [len(seqs[i]) for _, i in picks], temperature, top_p)
+                for (_, i), mass in zip(picks, masses):
+                    results[i] = mass
+                bar.update(len(picks))
             del kv
     bar.close()
     return results
 
 
-def _use_known_prefixes(groups, seqs, known_prefixes):
-    """Shorten groups (and lone prompts) that start with an already-computed prefix to exactly that prefix.
+def _by_known_prefix(seqs, known_prefixes) -> dict[tuple, list[int]]:
+    """Prompts grouped by the longest known prefix they start with (and leave a token after); () = none."""
+    lengths = sorted({len(k) for k in known_prefixes or ()}, reverse=True)
+    out: dict[tuple, list[int]] = {}
+    for i, s in enumerate(seqs):
+        hit = next((L for L in lengths if L < len(s) and tuple(s[:L]) in known_prefixes), 0)
+        out.setdefault(tuple(s[:hit]), []).append(i)
+    return out
 
-    Returns the new groups and {group index: the prefix's keys/values}. Suffixes grow by the few tokens the
-    group shared beyond the known prefix, in exchange for not running the prefix at all.
+
+def _representatives(plan: list[PrefixGroup]) -> list[int | None]:
+    """Per node, one prompt of its subtree (its tokens up to the node's prefix are the node's tokens)."""
+    rep: list[int | None] = [None] * len(plan)
+    for k in range(len(plan) - 1, -1, -1):  # children come after their parents
+        g = plan[k]
+        if rep[k] is None and g.members:
+            rep[k] = g.members[0]
+        if g.parent is not None and rep[g.parent] is None:
+            rep[g.parent] = rep[k]
+    return rep
+
+
+def _start(plan: list[PrefixGroup], node: int) -> int:
+    """Where a node's own tokens begin: its parent's prefix length."""
+    parent = plan[node].parent
+    return plan[parent].prefix_len if parent is not None else 0
+
+
+def _waves(plan: list[PrefixGroup], limit: int) -> list[list[int]]:
+    """Node indices in waves of whole subtrees (parents first), each caching about `limit` tokens at most.
+
+    Subtrees are taken in order of their root's prefix length, so a wave's suffix batches see similar
+    prefix lengths.
     """
-    lengths = sorted({len(k) for k in known_prefixes}, reverse=True)
-    out, known = [], {}
-    for g in groups:
-        head = seqs[g.members[0]]
-        limit = g.prefix_len if g.prefix_len else len(head) - 1
-        hit = next((L for L in lengths if L <= limit and tuple(head[:L]) in known_prefixes), None)
-        if hit is None:
-            out.append(g)
-            continue
-        known[len(out)] = known_prefixes[tuple(head[:hit])]
-        out.append(PrefixGroup(hit, g.members))
-    return out, known
+    children: dict[int, list[int]] = {}
+    for k, g in enumerate(plan):
+        if g.parent is not None:
+            children.setdefault(g.parent, []).append(k)
+
+    def subtree(k):
+        out = [k]
+        for c in children.get(k, ()):
+            out += subtree(c)
+        return out
+
+    trees = sorted((subtree(k) for k, g in enumerate(plan) if g.parent is None), key=lambda t: (plan[t[0]].prefix_len, len(t)))
+    waves, wave, tokens = [], [], 0
+    for tree in trees:
+        size = sum(plan[k].prefix_len - _start(plan, k) for k in tree)
+        if wave and tokens + size > limit:
+            waves.append(wave)
+            wave, tokens = [], 0
+        wave += tree
+        tokens += size
+    if wave:
+        waves.append(wave)
+    return waves
 
 
-def _prefix_kv(model, seqs, wave, budget, max_batch, pad_id, device, stats, given=None):
-    """Run each group's shared prefix once (unless `given`); returns {group index: [(keys, values) per layer]}."""
-    kv = dict(given or {})
-    todo = sorted((g.prefix_len, gi) for gi, g in enumerate(wave) if g.prefix_len > 0 and gi not in kv)
-    for batch in _batches(todo, lambda t: (t[0], t[0]), budget, budget, max_batch):
-        kv.update(halving_on_oom(lambda b: _prefix_batch(model, seqs, wave, b, pad_id, device, stats), batch,
-                                 lambda a, b: {**a, **b}, stats))
+def _chain(plan: list[PrefixGroup], node: int | None) -> list[tuple[int, int]]:
+    """(node, start) of each cached node whose own keys/values make up `node`'s cache, root first."""
+    out = []
+    while node is not None and plan[node].prefix_len:
+        out.append((node, _start(plan, node)))
+        node = plan[node].parent
+    return out[::-1]
+
+
+def _node_kv(model, seqs, plan, wave, given, budget, max_batch, pad_id, device, stats):
+    """Compute the cached nodes of a wave, level by level, each on top of its parent's cache.
+
+    Returns {node: [(keys, values) per layer]} holding each node's own tokens only (from its parent's
+    prefix length on); known prefixes (`given`) are taken as they are.
+    """
+    kv = {k: given[k] for k in wave if k in given}
+    rep = _representatives(plan)
+    depth: dict[int, int] = {}
+    for k in wave:  # parents come first
+        depth[k] = 0 if plan[k].parent is None else depth[plan[k].parent] + 1
+    todo = [k for k in wave if plan[k].prefix_len and k not in kv]
+    for level in sorted({depth[k] for k in todo}):
+        nodes = sorted((k for k in todo if depth[k] == level), key=lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len))
+        cost = lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len)  # noqa: E731
+        for batch in _batches(nodes, cost, budget, 4 * budget, max_batch):
+            rows = [(seqs[rep[k]][_start(plan, k) : plan[k].prefix_len], plan[k].parent) for k in batch]
+            out = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=False),
+                                 rows, lambda a, b: a + b, stats)
+            kv.update(zip(batch, out))
     return kv
 
 
-def _prefix_batch(model, seqs, wave, batch, pad_id, device, stats):
-    """One forward over a batch of shared prefixes; returns their per-layer keys and values."""
+def _forward_on_nodes(model, rows, plan, kv, pad_id, device, stats, read):
+    """One forward pass of token rows, each on top of its node's cache (node None or prefix 0: no cache).
+
+    Rows are right-padded: real positions never attend to the padding (causal), so their keys/values are
+    exact. `read=True` returns the next-token logits [B, V] at each row's last token; `read=False` returns
+    each row's new keys/values ([(keys, values) per layer], its real tokens only).
+    """
     from transformers import DynamicCache
 
-    rows = [seqs[wave[gi].members[0]][:plen] for plen, gi in batch]
-    ids, mask = _pad(rows, pad_id, device)
-    cache = DynamicCache(config=model.config)
-    # Right padding: real positions never see the padding (causal), so their keys/values are exact.
-    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    ids, new_mask = _pad([tokens for tokens, _ in rows], pad_id, device)
+    lengths = [len(tokens) for tokens, _ in rows]
     stats.forward_passes += 1
-    stats.computed_tokens += sum(len(r) for r in rows)
+    stats.computed_tokens += sum(lengths)
     stats.padded_tokens += ids.numel()
-    return {gi: [(layer.keys[b : b + 1, :, :plen], layer.values[b : b + 1, :, :plen]) for layer in cache.layers]
-            for b, (plen, gi) in enumerate(batch)}
-
-
-def _suffix_forward(model, seqs, batch, kv, pad_id, device, stats):
-    """Forward the suffixes of a batch on top of their groups' cached prefixes; logits at each last token."""
-    from transformers import DynamicCache
-
-    suffixes = [seqs[i][plen:] for i, _, plen in batch]
-    ids, suffix_mask = _pad(suffixes, pad_id, device)
-    read_idx = torch.tensor([len(s) - 1 for s in suffixes], device=device)
-    stats.forward_passes += 1
-    stats.computed_tokens += sum(len(s) for s in suffixes)
-    stats.padded_tokens += ids.numel()
-    prefix_max = max(plen for _, _, plen in batch)
-    if prefix_max == 0:
-        return _read_logits(model, ids, suffix_mask, None, None, read_idx)
-    bsz = len(batch)
+    read_idx = torch.tensor([n - 1 for n in lengths], device=device)
+    starts = [plan[node].prefix_len if node is not None else 0 for _, node in rows]
+    width = max(starts)
     cache = DynamicCache(config=model.config)
-    same = all(gi == batch[0][1] for _, gi, _ in batch)
-    for layer_idx in range(len(kv[next(gi for _, gi, p in batch if p)])):
-        parts = []
-        for which in (0, 1):
-            if same:
-                parts.append(kv[batch[0][1]][layer_idx][which].expand(bsz, -1, -1, -1))
-                continue
-            ref = kv[next(gi for _, gi, p in batch if p)][layer_idx][which]
-            full = ref.new_zeros((bsz, ref.shape[1], prefix_max, ref.shape[3]))
-            for row, (_, gi, plen) in enumerate(batch):
-                if plen:
-                    full[row, :, :plen] = kv[gi][layer_idx][which][0]
-            parts.append(full)
-        cache.update(parts[0], parts[1], layer_idx)
-    prefix_mask = torch.zeros((bsz, prefix_max), dtype=torch.long, device=device)
-    for row, (_, _, plen) in enumerate(batch):
-        prefix_mask[row, :plen] = 1
-    mask = torch.cat([prefix_mask, suffix_mask], dim=1)
-    starts = torch.tensor([plen for _, _, plen in batch], device=device)
-    position_ids = starts[:, None] + torch.arange(ids.shape[1], device=device)[None, :]
-    return _read_logits(model, ids, mask, position_ids, cache, read_idx)
+    mask, position_ids = new_mask, None
+    if width:
+        on_node: dict = {}
+        for r, (_, node) in enumerate(rows):
+            on_node.setdefault(node, []).append(r)
+        chains = {node: [kv[k] for k, _ in _chain(plan, node)] for node in on_node}
+        some = next(c for c in chains.values() if c)[0]
+        for layer in range(len(some)):
+            parts = []
+            for which in (0, 1):
+                prefixes = {node: torch.cat([piece[layer][which] for piece in chain], dim=2) if len(chain) > 1 else chain[0][layer][which]
+                            for node, chain in chains.items() if chain}
+                if len(on_node) == 1:
+                    parts.append(next(iter(prefixes.values())).expand(len(rows), -1, -1, -1))
+                    continue
+                ref = some[layer][which]
+                full = ref.new_zeros((len(rows), ref.shape[1], width, ref.shape[3]))
+                for node, prefix in prefixes.items():
+                    full[on_node[node], :, : prefix.shape[2]] = prefix
+                parts.append(full)
+            cache.update(parts[0], parts[1], layer)
+        prefix_mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        for r, start in enumerate(starts):
+            prefix_mask[r, :start] = 1
+        mask = torch.cat([prefix_mask, new_mask], dim=1)
+        position_ids = torch.tensor(starts, device=device)[:, None] + torch.arange(ids.shape[1], device=device)[None, :]
+    if read:
+        return _read_logits(model, ids, mask, position_ids, cache if width else None, read_idx)
+    model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    own = lambda t, b, n: t[b : b + 1, :, width : width + n]  # noqa: E731
+    if width:  # copies: views would keep the whole batch's assembled cache alive
+        return [[(own(layer.keys, b, n).clone(), own(layer.values, b, n).clone()) for layer in cache.layers] for b, n in enumerate(lengths)]
+    return [[(own(layer.keys, b, n), own(layer.values, b, n)) for layer in cache.layers] for b, n in enumerate(lengths)]
 
 
 def score_prompts(lm, prompts: Sequence[Prompt], letters: Sequence[Sequence[str]], **kwargs) -> list[LetterMass]:

@@ -2,6 +2,7 @@
 forward pass on every tiny family and on the embedded SmolLM2 model.
 """
 
+import itertools
 import random
 
 import pytest
@@ -46,6 +47,22 @@ def probe_set(name, n_scenarios=3, orders=6, seed=0):
     return lm, seqs, letters
 
 
+def tree_depth(plan):
+    depth = {}
+    for k, g in enumerate(plan):
+        depth[k] = 0 if g.parent is None else depth[g.parent] + 1
+    return max(depth.values())
+
+
+def tree_cost(plan, seqs):
+    """Tokens the plan computes: each node its own tokens after its parent's, each member its suffix."""
+    cost = 0
+    for g in plan:
+        start = plan[g.parent].prefix_len if g.parent is not None else 0
+        cost += g.prefix_len - start + sum(len(seqs[i]) - g.prefix_len for i in g.members)
+    return cost
+
+
 def max_diff(a, b):
     return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra.mass + ra.tempered, rb.mass + rb.tempered))
 
@@ -65,10 +82,13 @@ def test_fast_equals_plain_on_tiny_families(name):
                 assert stats.prefix_groups >= 3
             else:
                 assert stats.computed_tokens == stats.prompt_tokens
-    for g in plan_prefix_groups(seqs):
+            assert stats.duplicates == (1 if reuse else 0)
+    plan = plan_prefix_groups(seqs)
+    for g in plan:
         if g.prefix_len:
             suffix_lengths |= {len(seqs[i]) - g.prefix_len for i in g.members}
     assert len(suffix_lengths) > 3  # prefix reuse was exercised with suffixes of different lengths
+    assert tree_depth(plan) >= 1  # and with nodes extending other nodes' caches
 
 
 def test_fast_equals_plain_with_small_token_budget():
@@ -118,16 +138,53 @@ def test_masses_are_consistent():
 
 def test_plan_prefix_groups_partitions_and_separates_scenarios():
     lm, seqs, letters = probe_set("tiny-qwen2", n_scenarios=4, orders=8)
-    groups = plan_prefix_groups(seqs)
-    members = sorted(i for g in groups for i in g.members)
+    plan = plan_prefix_groups(seqs)
+    members = sorted(i for g in plan for i in g.members)
     assert members == list(range(len(seqs)))
-    for g in groups:
+    rep = {}
+    for k in range(len(plan) - 1, -1, -1):
+        g = plan[k]
+        rep.setdefault(k, g.members[0] if g.members else None)
+        if g.parent is not None:
+            assert g.parent < k and plan[g.parent].prefix_len < g.prefix_len
+            rep[g.parent] = rep.get(g.parent) or rep[k]
         assert all(g.prefix_len <= len(seqs[i]) - 1 for i in g.members)
-        assert all(seqs[i][: g.prefix_len] == seqs[g.members[0]][: g.prefix_len] for i in g.members)
-    shared = [g for g in groups if g.prefix_len]
-    assert len(shared) >= 4  # one group per scenario, not one group sharing only the template header
-    cost = sum(g.prefix_len + sum(len(seqs[i]) - g.prefix_len for i in g.members) for g in groups)
-    assert cost < sum(len(s) for s in seqs)
+        assert all(seqs[i][: g.prefix_len] == seqs[rep[k]][: g.prefix_len] for i in g.members)
+    for k, g in enumerate(plan):  # a node's prefix starts with its parent's
+        if g.parent is not None:
+            assert seqs[rep[k]][: plan[g.parent].prefix_len] == seqs[rep[g.parent]][: plan[g.parent].prefix_len]
+    shared = [g for g in plan if g.prefix_len and g.members]
+    assert len(shared) >= 4  # prompts are read on scenario-level nodes, not only on the template header
+    flat = plan_prefix_groups(seqs, nest=False)  # one level of groups
+    assert tree_depth(flat) == 0
+    assert tree_cost(plan, seqs) < tree_cost(flat, seqs) < sum(len(s) for s in seqs)
+
+
+def test_plan_nests_orders_that_share_their_first_option_line():
+    """The 24 orders of 4 options: one node for the scenario, one per first option line below it."""
+    context = list(range(100, 160))
+    lines = {c: [200 + k] * 6 for k, c in enumerate("ABCD")}
+    seqs = [context + [t for c in perm for t in lines[c]] + [9] for perm in itertools.permutations("ABCD")]
+    plan = plan_prefix_groups(seqs)
+    assert plan[0] == PrefixGroup(60, (), None)
+    children = [g for g in plan if g.parent == 0]
+    assert len(children) == 4 and all(g.prefix_len == 66 for g in children)
+    assert tree_cost(plan, seqs) < tree_cost(plan_prefix_groups(seqs, nest=False), seqs)
+    cached = plan_prefix_groups([s for s in seqs if s[60] == 200], cached=60)
+    assert cached[0].prefix_len == 60 and cached[0].parent is None
+    assert all(g.parent is not None for g in cached[1:])
+
+
+def test_duplicates_run_once_and_keep_their_own_letters():
+    lm, seqs, letters = probe_set("tiny-llama3", n_scenarios=1, orders=3, seed=4)
+    seqs = seqs + [list(seqs[0]), list(seqs[0])]
+    letters = letters + [lm.letters("AB"), letters[0]]
+    ref = score_ids(lm.model, seqs, letters, fast=False)
+    stats = ScoreStats()
+    out = score_ids(lm.model, seqs, letters, stats=stats)
+    assert max_diff(ref, out) < 1e-5
+    assert stats.duplicates == 3  # the probe set's own duplicate and the two added here
+    assert out[-2].letters == ("A", "B") and out[-1].mass == out[0].mass
 
 
 def test_plan_handles_edge_cases():
@@ -137,6 +194,10 @@ def test_plan_handles_edge_cases():
     assert plan_prefix_groups(same) == [PrefixGroup(39, (0, 1))]
     short = [[1, 2], [1, 3]]  # common prefix below min_prefix: not worth a cache
     assert all(g.prefix_len == 0 for g in plan_prefix_groups(short))
+    nested = [[5] * 30, [5] * 30 + [6] * 10, [5] * 30 + [6] * 10 + [7]]  # each prompt a prefix of the next
+    plan = plan_prefix_groups(nested)
+    assert sorted(i for g in plan for i in g.members) == [0, 1, 2]
+    assert all(g.prefix_len <= len(nested[i]) - 1 for g in plan for i in g.members)
 
 
 def test_tempered_distribution_rules():
