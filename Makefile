@@ -39,6 +39,7 @@ bench-deps:
 bench:
 	$(PY) bench/score_bench.py --out bench/results
 	$(PY) bench/d_readout_bench.py --out bench/results
+	$(PY) bench/d_readout_bench.py --options 4 --name d_readout_bench_4_options --out bench/results
 	$(PY) bench/stats_bench.py --out bench/results
 
 clean-cache:

@@ -65,13 +65,18 @@ def main() -> None:
     ap.add_argument("--scenarios", type=int, default=16)
     ap.add_argument("--orders", type=int, default=32)
     ap.add_argument("--subset", type=int, default=48, help="probes timed on the slow sides")
+    ap.add_argument("--options", type=int, default=None,
+                    help="only scenarios with this many options (4: 24 distinct orders, few repeats among 32)")
+    ap.add_argument("--name", default="d_readout_bench", help="result file name (without extension)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
 
     lm = load_model(args.model)
     tok = lm.tokenizer
     params = sum(p.numel() for p in lm.model.parameters())
-    scenarios = load_panel("gap-v1").records[: args.scenarios]
+    records = load_panel("gap-v1").records
+    scenarios = [s for s in records if args.options in (None, len(s.options))][: args.scenarios]
+    kind = f"gap-v1 scenarios with {args.options} options" if args.options else "gap-v1 scenarios"
     seqs, letters, texts = [], [], []
     for s in scenarios:
         for cell in ("primary", "twin"):
@@ -84,9 +89,9 @@ def main() -> None:
     n = len(seqs)
     pad = tok.pad_token_id or 0
     subset = sorted(random.Random(0).sample(range(n), min(args.subset, n)))
-    print(f"{n} probes ({args.scenarios} scenarios x 2 cells x {args.orders} orders), mean {sum(map(len, seqs)) / n:.0f} tokens; "
+    print(f"{n} probes ({len(scenarios)} {kind} x 2 cells x {args.orders} orders), mean {sum(map(len, seqs)) / n:.0f} tokens; "
           f"slow sides on {len(subset)} of them")
-    result = dict(benchmark="d_readout_bench", model=args.model, dtype=lm.facts.dtype, device=lm.facts.device,
+    result = dict(benchmark=args.name, scenarios=[s.id for s in scenarios], model=args.model, dtype=lm.facts.dtype, device=lm.facts.device,
                   threads=torch.get_num_threads(), machine=platform.machine(), torch=torch.__version__, probes=n,
                   subset=len(subset), mean_prompt_tokens=round(sum(map(len, seqs)) / n, 1), params=params)
 
@@ -204,10 +209,10 @@ def main() -> None:
     result["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "d_readout_bench.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# d_readout_bench ({result['date']})", "",
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# {args.name} ({result['date']})", "",
              f"`{args.model}` {lm.facts.dtype} on {lm.facts.device}, {result['threads']} threads; {n} probes "
-             f"({args.scenarios} gap-v1 scenarios x primary/twin x {args.orders} orders), mean {result['mean_prompt_tokens']} tokens.", "",
+             f"({len(scenarios)} {kind} x primary/twin x {args.orders} orders), mean {result['mean_prompt_tokens']} tokens.", "",
              "| side | probes/s | engine speed-up |", "|---|---|---|",
              f"| engine (all {n} probes) | {engine_rate:.2f} | 1.0x |",
              f"| naive generate, one at a time ({len(subset)} probes) | {naive_rate:.2f} | {engine_rate / naive_rate:.1f}x |"]
@@ -220,7 +225,7 @@ def main() -> None:
     lines += ["", f"Agreement before timing (max |difference| of the normalized letter distribution): naive "
               f"{diff_naive:.1e}" + (f", lm-eval {result['max_diff_lm_eval']:.1e}" if lmeval else "") +
               f"; the timed engine run against the naive path: {diff_timed:.1e}.",
-              f"Distinct prompts: {d['count']} of {n} (3-option scenarios have 6 orders, repeated across the 32). Scored alone, "
+              f"Distinct prompts: {d['count']} of {n} (a 3-option scenario has 6 orders, a 4-option one 24: the 32 repeat them). Scored alone, "
               f"the engine runs {d['engine_prompts_per_s']:.2f} distinct prompts/s, {result['naive']['speedup_engine_distinct_only']:.1f}x "
               "the naive per-prompt rate: the speed-up without counting the duplicate collapse.",
               f"Tokens computed per prompt token: {result['engine']['computed_tokens_per_prompt_token']:.3f} (prefix tree and "
@@ -229,8 +234,8 @@ def main() -> None:
               f"fp32 matmul measured in the same run. Peak RSS {result['peak_rss_gb']:.1f} GB.",
               f"J generation ({len(prompts)} prompts x 3 rollouts x 32 tokens): batched {result['generation']['batched_tokens_per_s']:.0f} "
               f"tokens/s vs one prompt at a time {result['generation']['single_tokens_per_s']:.0f} ({result['generation']['speedup']:.1f}x)."]
-    (out / "d_readout_bench.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'd_readout_bench.json'} and .md")
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / args.name}.json and .md")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from engine.scoring import halving_on_oom, tempered_distribution
+from engine.scoring import halving_on_oom, kv_bytes_per_token, tempered_distribution
 
 ANCHOR_RULES = ("own", "forced_after_completion", "forced_at_budget")
 
@@ -100,6 +100,9 @@ def generate(
         token_budget = 32768 if device.type == "cuda" else 4096
     if max_rows is None:
         max_rows = 512 if device.type == "cuda" else 64
+    kv_limit = None  # on CUDA, the cache of a batch (rows x (prompt + new tokens)) fits in half the free memory
+    if device.type == "cuda":
+        kv_limit = int(0.5 * torch.cuda.mem_get_info(device)[0]) // kv_bytes_per_token(model)
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list[list[Rollout] | None] = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -107,7 +110,10 @@ def generate(
     for idx in order + [None]:
         if idx is not None:
             width = max([len(prompts[i]) for i in batch] + [len(prompts[idx])])
-            if not batch or ((len(batch) + 1) * width <= token_budget and (len(batch) + 1) * n <= max_rows):
+            rows = (len(batch) + 1) * n
+            cached = rows * (width + max(budgets[i] for i in batch + [idx]))
+            if not batch or ((len(batch) + 1) * width <= token_budget and rows <= max_rows
+                             and (kv_limit is None or cached <= kv_limit)):
                 batch.append(idx)
                 continue
         decode = lambda b: _generate_batch(  # noqa: E731

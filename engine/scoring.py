@@ -1,10 +1,11 @@
 """Scoring: the probability mass a model puts on each option letter at the next token.
 
 Two paths compute the same numbers. The plain path runs one prompt at a time through the full model
-(the reference). The fast path (the default) plans prefix groups (prompts sharing a long token prefix,
-such as the option orders of one scenario, run that prefix once and reuse its KV cache), then forms
-length-sorted batches bounded by a token budget, and applies the output head only at the read
-positions. Tests hold the fast path equal to the plain one within float tolerance.
+(the reference). The fast path (the default) runs identical prompts once, plans a prefix tree (the
+template header once, each scenario's context once on top of it, each first option line once on top of
+that...: a node runs only its own tokens on its parent's KV cache), then forms length-sorted batches
+bounded by a token budget, and applies the output head only at the read positions. Tests hold the fast
+path equal to the plain one within float tolerance.
 """
 
 from __future__ import annotations
@@ -319,6 +320,26 @@ def _default_budget(device: torch.device) -> tuple[int, int]:
     return (32768, 256) if device.type == "cuda" else (2048, 64)
 
 
+def kv_bytes_per_token(model) -> int:
+    """Bytes of keys and values one token occupies in the model's cache (all layers)."""
+    cfg = model.config
+    heads = getattr(cfg, "num_attention_heads", 1)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    itemsize = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
+
+
+def _cache_token_limit(model, device: torch.device, budget: int) -> int:
+    """Tokens of keys/values held at once (cached prefix-tree nodes of a wave, or one batch's assembled
+    prefixes): 4x the token budget, and on CUDA at most a quarter of the free memory."""
+    limit = 4 * budget
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        limit = min(limit, max(budget, int(0.25 * free) // kv_bytes_per_token(model)))
+    return limit
+
+
 def score_ids(
     model,
     seqs: Sequence[Sequence[int]],
@@ -390,23 +411,25 @@ def score_ids(
     given: dict[int, list] = {}  # node index -> keys/values of a known prefix
     if not prefix_reuse:
         plan = [PrefixGroup(0, (i,)) for i in range(len(uniq))]
-    for key, indices in _by_known_prefix(uniq, known_prefixes).items() if prefix_reuse else ():
-        offset = len(plan)
-        for g in plan_prefix_groups([uniq[i] for i in indices], min_prefix=min_prefix, cached=len(key)):
-            parent = None if g.parent is None else g.parent + offset
-            plan.append(PrefixGroup(g.prefix_len, tuple(indices[m] for m in g.members), parent))
-        if key:
-            given[offset] = known_prefixes[key]
+    else:  # one tree per known prefix the prompts start with (rooted on its cache), one for the rest
+        for key, indices in _by_known_prefix(uniq, known_prefixes).items():
+            offset = len(plan)
+            for g in plan_prefix_groups([uniq[i] for i in indices], min_prefix=min_prefix, cached=len(key)):
+                parent = None if g.parent is None else g.parent + offset
+                plan.append(PrefixGroup(g.prefix_len, tuple(indices[m] for m in g.members), parent))
+            if key:
+                given[offset] = known_prefixes[key]
     stats.prefix_groups += sum(1 for g in plan if g.prefix_len)
     stats.group_sizes += [len(g.members) for g in plan if g.prefix_len and g.members]
 
     with torch.inference_mode():
-        for wave in _waves(plan, 4 * budget):
-            kv = _node_kv(model, uniq, plan, wave, given, budget, max_batch, pad_id, device, stats)
+        held = _cache_token_limit(model, device, budget)
+        for wave in _waves(plan, held):
+            kv = _node_kv(model, uniq, plan, wave, given, budget, held, max_batch, pad_id, device, stats)
             items = [(u, node, plan[node].prefix_len) for node in wave for u in plan[node].members]
-            items.sort(key=lambda it: (it[2], len(uniq[it[0]]) - it[2]))
+            items.sort(key=lambda it: (len(uniq[it[0]]) - it[2], it[2]))
             cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
-            for batch in _batches(items, cost, budget, 4 * budget, max_batch):
+            for batch in _batches(items, cost, budget, held, max_batch):
                 rows = [(uniq[u][plen:], node) for u, node, plen in batch]
                 logits = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=True),
                                         rows, lambda a, b: torch.cat([a, b]), stats)
@@ -489,7 +512,7 @@ def _chain(plan: list[PrefixGroup], node: int | None) -> list[tuple[int, int]]:
     return out[::-1]
 
 
-def _node_kv(model, seqs, plan, wave, given, budget, max_batch, pad_id, device, stats):
+def _node_kv(model, seqs, plan, wave, given, budget, held, max_batch, pad_id, device, stats):
     """Compute the cached nodes of a wave, level by level, each on top of its parent's cache.
 
     Returns {node: [(keys, values) per layer]} holding each node's own tokens only (from its parent's
@@ -504,7 +527,7 @@ def _node_kv(model, seqs, plan, wave, given, budget, max_batch, pad_id, device, 
     for level in sorted({depth[k] for k in todo}):
         nodes = sorted((k for k in todo if depth[k] == level), key=lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len))
         cost = lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len)  # noqa: E731
-        for batch in _batches(nodes, cost, budget, 4 * budget, max_batch):
+        for batch in _batches(nodes, cost, budget, held, max_batch):
             rows = [(seqs[rep[k]][_start(plan, k) : plan[k].prefix_len], plan[k].parent) for k in batch]
             out = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=False),
                                  rows, lambda a, b: a + b, stats)

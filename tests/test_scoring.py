@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from engine.scoring import (
-    PrefixGroup, Prompt, ScoreStats, encode_prompt, plan_prefix_groups, plain_next_token_logits, score_ids,
+    PrefixGroup, Prompt, ScoreStats, encode_prompt, kv_bytes_per_token, plan_prefix_groups, plain_next_token_logits,
+    score_ids,
     tempered_distribution,
 )
 from tests.conftest import TINY, get_model
@@ -284,3 +285,16 @@ def test_known_prefixes_from_generation_equal_plain():
     out = score_ids(lm.model, reads, letters, known_prefixes=kv, stats=stats)
     assert max_diff(ref, out) < 1e-5
     assert stats.computed_tokens <= sum(len(r) for r in reads) - sum(3 * len(p) for p in prompts)
+
+
+@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-llama3"])
+def test_kv_bytes_per_token_matches_a_real_cache(name):
+    """The memory cap on cached tokens (CUDA) rests on this size: check it against a cache the model fills."""
+    from transformers import DynamicCache
+
+    lm = get_model(name)
+    cache = DynamicCache(config=lm.model.config)
+    with torch.inference_mode():
+        lm.model(input_ids=torch.tensor([list(range(5, 25))]), past_key_values=cache, use_cache=True)
+    size = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert kv_bytes_per_token(lm.model) * 20 == size
