@@ -85,6 +85,9 @@ def main():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.eval()
     params = sum(p.numel() for p in model.parameters())
+    # FLOPs per token: the transformer body (no embedding lookup); the output head counted where it runs.
+    head = model.get_output_embeddings().weight.numel()
+    body = params - model.get_input_embeddings().weight.numel() - (0 if config.tie_word_embeddings else head)
     print(f"{args.arch}: {params / 1e9:.2f} B parameters, random {dtype} weights on {device} ({time.perf_counter() - t0:.1f} s)")
     rate = matmul_rate(device, dtype, n=8192 if device == "cuda" else 512, reps=20 if device == "cuda" else 3)
     print(f"dense matmul: {rate / 1e12:.1f} TFLOP/s")
@@ -105,7 +108,7 @@ def main():
     score_ids(model, seqs, letters, token_budget=args.token_budget, stats=stats)
     sync(device)
     secs = time.perf_counter() - t0
-    flops = 2 * params * stats.computed_tokens
+    flops = 2 * body * stats.computed_tokens + 2 * head * len(seqs)
     result = dict(arch=args.arch, device=device, params=params, matmul_tflops=rate / 1e12, d_probes=len(seqs),
                   d_seconds=secs, d_probes_per_s=len(seqs) / secs, d_prompt_tokens=stats.prompt_tokens,
                   d_computed_tokens=stats.computed_tokens, d_tokens_per_s=stats.computed_tokens / secs,
@@ -121,8 +124,12 @@ def main():
     sync(device)
     secs = time.perf_counter() - t0
     new = sum(len(r.tokens) for rs in out for r in rs)
-    result.update(gen_rollouts=sum(len(rs) for rs in out), gen_tokens=new, gen_seconds=secs, gen_tokens_per_s=new / secs)
-    print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s")
+    prefill = sum(len(p) for p in prompts)  # one prefill per prompt, shared by its 9 rollouts
+    gen_flops = 2 * body * (prefill + new) + 2 * head * (len(prompts) + new)
+    result.update(gen_rollouts=sum(len(rs) for rs in out), gen_tokens=new, gen_seconds=secs, gen_tokens_per_s=new / secs,
+                  gen_share_of_matmul=gen_flops / secs / rate)
+    print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s; "
+          f"{100 * gen_flops / secs / rate:.1f}% of the matmul rate")
     if device == "cuda":
         result["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
         print(f"peak memory {result['peak_memory_gb']:.1f} GB")

@@ -298,3 +298,26 @@ def test_kv_bytes_per_token_matches_a_real_cache(name):
         lm.model(input_ids=torch.tensor([list(range(5, 25))]), past_key_values=cache, use_cache=True)
     size = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     assert kv_bytes_per_token(lm.model) * 20 == size
+
+
+def test_random_prefix_trees_equal_plain():
+    """Random prompt sets with deep shared prefixes, prompts that are prefixes of others and duplicates; small
+    budgets force several waves and mixed-node batches. The fast path still equals the plain one."""
+    lm = get_model("tiny-qwen2")
+    vocab = 200
+    for seed in range(3):
+        rng = random.Random(seed)
+        seqs = [[rng.randrange(3, vocab) for _ in range(rng.randrange(20, 40))]]
+        while len(seqs) < 24:
+            base = rng.choice(seqs)
+            cut = rng.randrange(1, len(base) + 1)
+            seqs.append(base[:cut] + [rng.randrange(3, vocab) for _ in range(rng.randrange(0, 12))])
+        seqs = [s for s in seqs if s]
+        letters = [lm.letters("AB")] * len(seqs)
+        ref = score_ids(lm.model, seqs, letters, fast=False)
+        for budget, rows in ((48, 3), (4096, 64)):
+            stats = ScoreStats()
+            out = score_ids(lm.model, seqs, letters, token_budget=budget, max_batch=rows, min_prefix=4, stats=stats)
+            assert max_diff(ref, out) < 1e-5, (seed, budget)
+        plan = plan_prefix_groups(list({tuple(s): s for s in seqs}.values()), min_prefix=4)
+        assert tree_depth(plan) >= 2

@@ -13,7 +13,7 @@ def test_gpu_check_runs_on_a_tiny_config(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "D readout:" in proc.stdout and "generation:" in proc.stdout
-    assert '"d_probes": 32' in out.read_text()
+    assert '"d_probes": 32' in out.read_text() and '"gen_share_of_matmul"' in out.read_text()
 
 
 def test_shell_scripts_parse():
