@@ -81,6 +81,8 @@ class ScoreStats:
     """Prompts read on each cached node."""
     duplicates: int = 0
     """Prompts identical to an earlier one in the same call: run once, read once per letter set."""
+    peak_cached_tokens: int = 0
+    """Most prefix-tree tokens whose keys/values were held at once (memory bound of the cache)."""
     oom_splits: int = 0
     """Batches halved and retried after running out of accelerator memory."""
 
@@ -424,8 +426,13 @@ def score_ids(
 
     with torch.inference_mode():
         held = _cache_token_limit(model, device, budget)
-        for wave in _waves(plan, held):
-            kv = _node_kv(model, uniq, plan, wave, given, budget, held, max_batch, pad_id, device, stats)
+        waves, done_after = _waves(plan, held)
+        rep = _representatives(plan)
+        kv: dict[int, list] = {}
+        for w, wave in enumerate(waves):
+            _node_kv(model, uniq, plan, rep, wave, kv, given, budget, held, max_batch, pad_id, device, stats)
+            cached = sum(layers[0][0].shape[2] for layers in kv.values())
+            stats.peak_cached_tokens = max(stats.peak_cached_tokens, cached)
             items = [(u, node, plan[node].prefix_len) for node in wave for u in plan[node].members]
             items.sort(key=lambda it: (len(uniq[it[0]]) - it[2], it[2]))
             cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
@@ -439,7 +446,8 @@ def score_ids(
                 for (_, i), mass in zip(picks, masses):
                     results[i] = mass
                 bar.update(len(picks))
-            del kv
+            for k in [k for k in kv if done_after[k] == w]:
+                del kv[k]
     bar.close()
     return results
 
@@ -472,35 +480,40 @@ def _start(plan: list[PrefixGroup], node: int) -> int:
     return plan[parent].prefix_len if parent is not None else 0
 
 
-def _waves(plan: list[PrefixGroup], limit: int) -> list[list[int]]:
-    """Node indices in waves of whole subtrees (parents first), each caching about `limit` tokens at most.
+def _waves(plan: list[PrefixGroup], limit: int) -> tuple[list[list[int]], dict[int, int]]:
+    """Nodes in depth-first order (parents first), cut into consecutive waves of about `limit` own tokens.
 
-    Subtrees are taken in order of their root's prefix length, so a wave's suffix batches see similar
-    prefix lengths.
+    Also returns, per node, the index of the wave that finishes its subtree: its cache is needed until
+    then (by its own members and its descendants) and dropped after. Subtrees are contiguous in this
+    order, so at any time the caches held are one wave's nodes plus the ancestors of the next ones.
     """
     children: dict[int, list[int]] = {}
     for k, g in enumerate(plan):
         if g.parent is not None:
             children.setdefault(g.parent, []).append(k)
+    order: list[int] = []
+    last: dict[int, int] = {}  # node -> position in `order` of the last node of its subtree
 
-    def subtree(k):
-        out = [k]
+    def visit(k):
+        order.append(k)
         for c in children.get(k, ()):
-            out += subtree(c)
-        return out
+            visit(c)
+        last[k] = len(order) - 1
 
-    trees = sorted((subtree(k) for k, g in enumerate(plan) if g.parent is None), key=lambda t: (plan[t[0]].prefix_len, len(t)))
-    waves, wave, tokens = [], [], 0
-    for tree in trees:
-        size = sum(plan[k].prefix_len - _start(plan, k) for k in tree)
-        if wave and tokens + size > limit:
-            waves.append(wave)
-            wave, tokens = [], 0
-        wave += tree
-        tokens += size
-    if wave:
-        waves.append(wave)
-    return waves
+    for k in sorted((k for k, g in enumerate(plan) if g.parent is None), key=lambda k: plan[k].prefix_len):
+        visit(k)
+    waves: list[list[int]] = [[]]
+    wave_of: list[int] = []
+    tokens = 0
+    for k in order:
+        own = plan[k].prefix_len - _start(plan, k)
+        if waves[-1] and tokens + own > limit:
+            waves.append([])
+            tokens = 0
+        waves[-1].append(k)
+        wave_of.append(len(waves) - 1)
+        tokens += own
+    return waves, {k: wave_of[last[k]] for k in order}
 
 
 def _chain(plan: list[PrefixGroup], node: int | None) -> list[tuple[int, int]]:
@@ -512,19 +525,23 @@ def _chain(plan: list[PrefixGroup], node: int | None) -> list[tuple[int, int]]:
     return out[::-1]
 
 
-def _node_kv(model, seqs, plan, wave, given, budget, held, max_batch, pad_id, device, stats):
-    """Compute the cached nodes of a wave, level by level, each on top of its parent's cache.
+def _node_kv(model, seqs, plan, rep, wave, kv, given, budget, held, max_batch, pad_id, device, stats):
+    """Compute a wave's cached nodes into `kv`, level by level, each on top of its parent's cache.
 
-    Returns {node: [(keys, values) per layer]} holding each node's own tokens only (from its parent's
-    prefix length on); known prefixes (`given`) are taken as they are.
+    `kv` ({node: [(keys, values) per layer]}) holds each node's own tokens only (from its parent's prefix
+    length on), and already holds the ancestors from earlier waves; known prefixes (`given`) are taken as
+    they are. `rep[k]` is a prompt whose first tokens are node k's.
     """
-    kv = {k: given[k] for k in wave if k in given}
-    rep = _representatives(plan)
+    kv.update({k: given[k] for k in wave if k in given})
     depth: dict[int, int] = {}
-    for k in wave:  # parents come first
-        depth[k] = 0 if plan[k].parent is None else depth[plan[k].parent] + 1
+
+    def depth_of(k):
+        if k not in depth:
+            depth[k] = 0 if plan[k].parent is None else depth_of(plan[k].parent) + 1
+        return depth[k]
+
     todo = [k for k in wave if plan[k].prefix_len and k not in kv]
-    for level in sorted({depth[k] for k in todo}):
+    for level in sorted({depth_of(k) for k in todo}):
         nodes = sorted((k for k in todo if depth[k] == level), key=lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len))
         cost = lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len)  # noqa: E731
         for batch in _batches(nodes, cost, budget, held, max_batch):
@@ -532,7 +549,6 @@ def _node_kv(model, seqs, plan, wave, given, budget, held, max_batch, pad_id, de
             out = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=False),
                                  rows, lambda a, b: a + b, stats)
             kv.update(zip(batch, out))
-    return kv
 
 
 def _forward_on_nodes(model, rows, plan, kv, pad_id, device, stats, read):

@@ -321,3 +321,18 @@ def test_random_prefix_trees_equal_plain():
             assert max_diff(ref, out) < 1e-5, (seed, budget)
         plan = plan_prefix_groups(list({tuple(s): s for s in seqs}.values()), min_prefix=4)
         assert tree_depth(plan) >= 2
+
+
+def test_small_token_budget_bounds_the_cache_held():
+    """One template header is the root of every prompt's tree; waves still bound the keys/values held at once
+    (a wave's nodes plus the ancestors of the next ones), and results stay equal to the plain path."""
+    lm, seqs, letters = probe_set("tiny-llama3", n_scenarios=4, orders=6, seed=7)
+    ref = score_ids(lm.model, seqs, letters, fast=False)
+    whole = ScoreStats()
+    score_ids(lm.model, seqs, letters, stats=whole)
+    small = ScoreStats()
+    out = score_ids(lm.model, seqs, letters, token_budget=40, stats=small)
+    assert max_diff(ref, out) < 1e-5
+    assert small.peak_cached_tokens <= 4 * 40 + 2 * max(len(s) for s in seqs)
+    assert small.peak_cached_tokens < whole.peak_cached_tokens / 2
+    assert small.computed_tokens == whole.computed_tokens  # the same tree, computed in more waves
