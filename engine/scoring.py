@@ -540,10 +540,12 @@ def _node_kv(model, seqs, plan, rep, wave, kv, given, budget, held, max_batch, p
             depth[k] = 0 if plan[k].parent is None else depth_of(plan[k].parent) + 1
         return depth[k]
 
+    def cost(k):  # (own tokens run, context attended)
+        return plan[k].prefix_len - _start(plan, k), plan[k].prefix_len
+
     todo = [k for k in wave if plan[k].prefix_len and k not in kv]
     for level in sorted({depth_of(k) for k in todo}):
-        nodes = sorted((k for k in todo if depth[k] == level), key=lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len))
-        cost = lambda k: (plan[k].prefix_len - _start(plan, k), plan[k].prefix_len)  # noqa: E731
+        nodes = sorted((k for k in todo if depth[k] == level), key=cost)
         for batch in _batches(nodes, cost, budget, held, max_batch):
             rows = [(seqs[rep[k]][_start(plan, k) : plan[k].prefix_len], plan[k].parent) for k in batch]
             out = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=False),
