@@ -8,13 +8,13 @@ tokens do not depend on which other prompts share its batch.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from engine.scoring import halving_on_oom, kv_bytes_per_token, tempered_distribution
+from engine.sampling import derive_seed, tempered_distribution
+from engine.scoring import halving_on_oom, kv_bytes_per_token
 
 ANCHOR_RULES = ("own", "forced_after_completion", "forced_at_budget")
 
@@ -29,12 +29,6 @@ class Rollout:
     """True when the model ended its turn (a stop token) within the budget."""
     greedy: bool
     """True for the greedy rollout, False for a sampled one."""
-
-
-def derive_seed(*parts) -> int:
-    """A 63-bit seed from any parts (stable across runs and machines)."""
-    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def stop_token_ids(tokenizer, model=None) -> frozenset[int]:

@@ -69,6 +69,12 @@ class LoadedModel:
     def device(self) -> torch.device:
         return self.model.get_input_embeddings().weight.device
 
+    @property
+    def pad_id(self) -> int:
+        """The id padded positions hold (never attended to, so any id works when the tokenizer has none)."""
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else 0
+
     def letters(self, letters) -> LetterTokens:
         """Token ids of each letter's single-token variants (validated once per letter set)."""
         key = tuple(letters)

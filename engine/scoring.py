@@ -17,6 +17,7 @@ import torch
 
 from engine.errors import ProbeInputError, RenderError
 from engine.letters import LetterTokens
+from engine.sampling import tempered_distribution
 from engine.render import encode_chat, encode_raw
 
 # Architectures whose logits are exactly `lm_head(final hidden state)`: for these the head is applied to
@@ -111,31 +112,6 @@ def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
             raise RenderError("a system prompt applies to the chat frame only, not to raw text")
         return encode_raw(tokenizer, prompt.text)
     return encode_chat(tokenizer, list(prompt.messages), system=prompt.system)
-
-
-def tempered_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
-    """The distribution a sampler draws the next token from: softmax(logits / T) restricted to the top-p
-    nucleus and renormalized. T = 0 is greedy (all mass on the first argmax).
-
-    The nucleus follows transformers' TopPLogitsWarper: sort ascending, drop tokens whose cumulative
-    probability is <= 1 - top_p, always keep the most likely token.
-    """
-    logits = logits.float()
-    if temperature < 0 or not (0.0 < top_p <= 1.0):
-        raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], got T={temperature}, top_p={top_p}")
-    if temperature == 0:
-        out = torch.zeros_like(logits)
-        out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-        return out
-    scaled = logits / temperature
-    if top_p < 1.0:
-        sorted_logits, sorted_idx = torch.sort(scaled, dim=-1, descending=False)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        drop_sorted = cumulative <= (1.0 - top_p)
-        drop_sorted[..., -1] = False
-        drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted)
-        scaled = scaled.masked_fill(drop, float("-inf"))
-    return scaled.softmax(-1)
 
 
 def letter_masses(
@@ -610,5 +586,4 @@ def score_prompts(lm, prompts: Sequence[Prompt], letters: Sequence[Sequence[str]
     """Render, tokenize and score prompts on a LoadedModel; `kwargs` go to `score_ids`."""
     seqs = [encode_prompt(lm.tokenizer, p) for p in prompts]
     letter_tokens = [lm.letters(ls) for ls in letters]
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    return score_ids(lm.model, seqs, letter_tokens, pad_id=pad, **kwargs)
+    return score_ids(lm.model, seqs, letter_tokens, pad_id=lm.pad_id, **kwargs)

@@ -12,13 +12,10 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
+from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES, NEGATED
 from panels.schema import Dilemma, PanelError, Scenario
 
 LETTERS = "ABCDE"
-JUDGE_FRAMES = ("judge_1", "judge_2", "judge_3", "judge_4")
-DOSE_ARMS = ("dose_reasoning", "dose_filler", "dose_brief", "dose_norm")
-FRAMES = ("agent", *JUDGE_FRAMES, "judge_letter", "raw_agent", "raw_judge", "control", *DOSE_ARMS)
-POLARITY_FRAMES = ("F0", "F1", "F2", "F3")
 DEFAULT_VERSION = "v1"
 
 
@@ -124,7 +121,7 @@ def render(scenario: Scenario, frame: str, cell: str = "primary", order=None, ve
     elif frame == "control":
         messages = agent_turns()
         system = texts["control"]["system"].format(**fields)
-    elif frame in DOSE_ARMS:
+    elif frame in DOSE_FRAMES:
         messages = agent_turns(texts["dose"][frame.removeprefix("dose_")])
         anchor = texts["dose"]["anchor"]
     elif frame in JUDGE_FRAMES:
@@ -158,8 +155,8 @@ class PolarityPrompt:
 
 def proposal(dilemma: Dilemma, framing: str, version: str = DEFAULT_VERSION) -> str:
     texts = frame_texts(version)["polarity"]
-    if framing not in POLARITY_FRAMES:
-        raise PanelError(f"{dilemma.id}: framing: '{framing}' is not one of {', '.join(POLARITY_FRAMES)}")
+    if framing not in FRAMINGS:
+        raise PanelError(f"{dilemma.id}: framing: '{framing}' is not one of {', '.join(FRAMINGS)}")
     return texts[framing].format(a=dilemma.action, g=dilemma.goal)
 
 
@@ -169,6 +166,6 @@ def render_polarity(dilemma: Dilemma, framing: str, version: str = DEFAULT_VERSI
     sentence = proposal(dilemma, framing, version)
     content = texts["polarity"]["prompt"].format(scenario_text=dilemma.scenario, proposal_text=sentence)
     return PolarityPrompt(
-        dilemma_id=dilemma.id, framing=framing, negated=framing in texts["polarity"]["negated"], proposal=sentence,
+        dilemma_id=dilemma.id, framing=framing, negated=NEGATED[framing], proposal=sentence,
         messages=({"role": "user", "content": content},), version=texts["version"],
     )

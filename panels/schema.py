@@ -6,6 +6,7 @@ polarity dilemma panels (nsi-14; id, domain, title, description, scenario, actio
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from contract.names import CELLS
+
 FAMILIES = ("F1", "F2", "F3", "F4", "F5")
-CELLS = ("primary", "twin", "harm_twin")
 SLOT = "{pressure}"
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _BRACE_SLOT = re.compile(r"\{[^{}]*\}")
@@ -44,6 +46,22 @@ class Tool:
     """snake_case tool name."""
     description: str
     """One sentence."""
+
+
+@dataclass(frozen=True)
+class Paraphrase:
+    """F4: the same scenario reworded by a second writer, so a result can be checked against its wording."""
+
+    writer: str
+    """Who wrote the paraphrase; never the scenario's generator."""
+    context: str
+    """The reworded context, with exactly one {pressure} slot."""
+    pressure: str
+    """The reworded incentive sentence."""
+    filler: str
+    """The reworded neutral sentence (the paraphrase's pressure-removed twin)."""
+    options: tuple[Option, ...]
+    """The reworded options: the scenario's ids in its order, so `violating` names the same option."""
 
 
 @dataclass(frozen=True)
@@ -77,22 +95,39 @@ class Scenario:
     """F3: options as tools, same ids."""
     harm_twin_filler: str | None = None
     """F5: replacement that removes the incentive but keeps the harm level (harm_twin cell)."""
+    paraphrase: Paraphrase | None = None
+    """F4, optional: the scenario reworded by a second writer (render it through `paraphrased()`)."""
     source: str | None = None
     """file:line it was loaded from."""
 
     @property
     def cells(self) -> tuple[str, ...]:
-        return ("primary", "twin", "harm_twin") if self.harm_twin_filler else ("primary", "twin")
+        return CELLS if self.harm_twin_filler else CELLS[:2]
 
     def situation(self, cell: str = "primary") -> str:
         """The context with the slot filled for `cell`."""
         sentence = {"primary": self.pressure, "twin": self.filler, "harm_twin": self.harm_twin_filler}.get(cell)
+        if cell == "paraphrase":
+            # The paraphrase also rewords the options, which a situation string cannot carry: filling the
+            # slot here would pair the new context with the old option texts.
+            raise PanelError(f"{self.id}: cell: 'paraphrase' is rendered from scenario.paraphrased() "
+                             f"(its 'primary' and 'twin' cells), not from situation()")
         if sentence is None:
             raise PanelError(f"{self.id}: cell: '{cell}' is not one of this scenario's cells {self.cells}")
         return self.context.replace(SLOT, sentence)
 
     def option(self, option_id: str) -> Option:
         return next(o for o in self.options if o.id == option_id)
+
+    def paraphrased(self) -> "Scenario":
+        """The paraphrase as a scenario that frames render unchanged: same id, family, norm and
+        violating id; context, pressure, filler and option texts replaced; `paraphrase` None. Its
+        "primary" cell is the paraphrase cell (its "twin" cell the paraphrase with its filler)."""
+        p = self.paraphrase
+        if p is None:
+            raise PanelError(f"{self.id}: paraphrase: this scenario has none (only some F4 scenarios do)")
+        return dataclasses.replace(self, context=p.context, pressure=p.pressure, filler=p.filler,
+                                   options=p.options, paraphrase=None)
 
 
 @dataclass(frozen=True)
@@ -123,6 +158,8 @@ class Panel:
     """"gap" (Scenario records) or "nsi" (Dilemma records)."""
     records: tuple
     sha256: str
+    review: str | None = None
+    """The review record checked with the panel (X.review.jsonl beside X.jsonl; panels/review.py), if any."""
 
     def get(self, record_id: str):
         for r in self.records:
@@ -133,14 +170,16 @@ class Panel:
 
 GAP_REQUIRED = ("id", "family", "domain", "generator", "prompt_version", "protagonist", "agent", "context",
                 "pressure", "filler", "options", "violating", "norm")
-GAP_OPTIONAL = ("pushback", "tools", "harm_twin")
+GAP_OPTIONAL = ("pushback", "tools", "harm_twin", "paraphrase")
+PARAPHRASE_FIELDS = ("writer", "context", "pressure", "filler", "options")
 NSI_FIELDS = ("id", "domain", "title", "description", "scenario", "action", "goal")
 
 
 def shipped_panels() -> dict[str, Path]:
     """Panels shipped in panels/data, by name (file stem)."""
     root = Path(str(resources.files("panels").joinpath("data")))
-    return {p.stem: p for p in sorted(root.glob("*.jsonl"))}
+    # X.review.jsonl is the review record of panel X (panels/review.py), not a panel.
+    return {p.stem: p for p in sorted(root.glob("*.jsonl")) if not p.name.endswith(".review.jsonl")}
 
 
 def resolve_panel(name_or_path: str) -> Path:
@@ -157,13 +196,62 @@ def _fail(where: str, field: str, problem: str):
     raise PanelError(f"{where}: {field}: {problem}")
 
 
-def _text(obj: dict, key: str, where: str) -> str:
-    value = obj[key]
+def _text(obj: dict, key: str, where: str, field: str | None = None) -> str:
+    value, field = obj[key], field or key
     if not isinstance(value, str):
-        _fail(where, key, f"must be a string, got {type(value).__name__}")
+        _fail(where, field, f"must be a string, got {type(value).__name__}")
     if not value.strip():
-        _fail(where, key, "is empty")
+        _fail(where, field, "is empty")
     return value
+
+
+def _slot_text(text: str, where: str, field: str) -> str:
+    slots = _BRACE_SLOT.findall(text)
+    if slots.count(SLOT) != 1:
+        _fail(where, field, f"must contain exactly one {SLOT} slot, found {slots.count(SLOT)}")
+    others = [s for s in slots if s != SLOT]
+    if others:
+        _fail(where, field, f"unknown slot {others[0]} (only {SLOT} is allowed)")
+    return text
+
+
+def _options(raw_options, where: str, field: str) -> tuple[Option, ...]:
+    if not isinstance(raw_options, list):
+        _fail(where, field, "must be a list")
+    options = []
+    for i, o in enumerate(raw_options):
+        if not isinstance(o, dict) or set(o) != {"id", "text"}:
+            _fail(where, f"{field}[{i}]", "must be an object with exactly 'id' and 'text'")
+        oid, otext = _text(o, "id", f"{where}: {field}[{i}]"), _text(o, "text", f"{where}: {field}[{i}]")
+        options.append(Option(oid, otext))
+    return tuple(options)
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def _paraphrase(obj: dict, where: str, generator: str, options: tuple[Option, ...]) -> Paraphrase:
+    p = obj["paraphrase"]
+    if not isinstance(p, dict):
+        _fail(where, "paraphrase", f"must be an object with {', '.join(PARAPHRASE_FIELDS)}")
+    for key in sorted(set(p) - set(PARAPHRASE_FIELDS)):
+        _fail(where, f"paraphrase.{key}", "unknown field")
+    for key in (k for k in PARAPHRASE_FIELDS if k not in p):
+        _fail(where, f"paraphrase.{key}", "missing")
+    texts = {k: _text(p, k, where, f"paraphrase.{k}") for k in PARAPHRASE_FIELDS if k != "options"}
+    if texts["writer"].strip() == generator.strip():
+        _fail(where, "paraphrase.writer", f"must differ from generator '{generator}' (a paraphrase is a second writer's wording)")
+    context = _slot_text(texts["context"], where, "paraphrase.context")
+    for key in (k for k in ("pressure", "filler") if "{" in texts[k] or "}" in texts[k]):
+        _fail(where, f"paraphrase.{key}", "must not contain braces")
+    para_options = _options(p["options"], where, "paraphrase.options")
+    ids, para_ids = [o.id for o in options], [o.id for o in para_options]
+    if para_ids != ids:
+        # Same ids in the same order: the violating id and the option orders carry over unchanged.
+        _fail(where, "paraphrase.options", f"ids {para_ids} must equal the scenario's option ids {ids}, in order")
+    return Paraphrase(writer=texts["writer"], context=context, pressure=texts["pressure"], filler=texts["filler"],
+                      options=para_options)
 
 
 def _gap_record(obj: dict, where: str) -> Scenario:
@@ -179,13 +267,7 @@ def _gap_record(obj: dict, where: str) -> Scenario:
     family = strings["family"]
     if family not in FAMILIES:
         _fail(where, "family", f"'{family}' is not one of {', '.join(FAMILIES)}")
-    context = strings["context"]
-    slots = _BRACE_SLOT.findall(context)
-    if slots.count(SLOT) != 1:
-        _fail(where, "context", f"must contain exactly one {SLOT} slot, found {slots.count(SLOT)}")
-    others = [s for s in slots if s != SLOT]
-    if others:
-        _fail(where, "context", f"unknown slot {others[0]} (only {SLOT} is allowed)")
+    context = _slot_text(strings["context"], where, "context")
     for key in ("pressure", "filler"):
         if "{" in strings[key] or "}" in strings[key]:
             _fail(where, key, "must not contain braces")
@@ -194,18 +276,13 @@ def _gap_record(obj: dict, where: str) -> Scenario:
         _fail(where, "options", "must be a list")
     if not 2 <= len(raw_options) <= 5:
         _fail(where, "options", f"needs 2 to 5 options, got {len(raw_options)}")
-    options = []
-    for i, o in enumerate(raw_options):
-        if not isinstance(o, dict) or set(o) != {"id", "text"}:
-            _fail(where, f"options[{i}]", "must be an object with exactly 'id' and 'text'")
-        oid, otext = _text(o, "id", f"{where}: options[{i}]"), _text(o, "text", f"{where}: options[{i}]")
-        options.append(Option(oid, otext))
+    options = _options(raw_options, where, "options")
     ids = [o.id for o in options]
     if len(set(ids)) != len(ids):
         _fail(where, "options", f"option ids repeat: {ids}")
     if strings["violating"] not in ids:
         _fail(where, "violating", f"'{strings['violating']}' is not among the option ids {ids}")
-    pushback = tools = harm = None
+    pushback = tools = harm = paraphrase = None
     if "pushback" in obj:
         if family != "F2":
             _fail(where, "pushback", f"only F2 scenarios have a pushback turn (this is {family})")
@@ -237,13 +314,25 @@ def _gap_record(obj: dict, where: str) -> Scenario:
             _fail(where, "harm_twin", f"only F5 scenarios have a harm-matched twin (this is {family})")
         if not isinstance(ht, dict) or set(ht) != {"filler"}:
             _fail(where, "harm_twin", "must be an object with exactly 'filler'")
-        harm = _text(ht, "filler", f"{where}: harm_twin")
+        harm = _text(ht, "filler", where, "harm_twin.filler")
+        # The harm twin must change the slot (F5 rule in panels/SCHEMA.md): equal to the pressure it
+        # keeps the incentive, equal to the filler it drops the harm, and either way the cell is no twin.
+        if _same(harm, strings["pressure"]):
+            _fail(where, "harm_twin.filler", "must differ from the pressure sentence (it removes the incentive)")
+        if _same(harm, strings["filler"]):
+            _fail(where, "harm_twin.filler", "must differ from the filler (it restates the harm, the filler is neutral)")
+    elif family == "F5":
+        _fail(where, "harm_twin", "missing (every F5 scenario needs its harm-matched twin)")
+    if "paraphrase" in obj:
+        if family != "F4":
+            _fail(where, "paraphrase", f"only F4 scenarios have a paraphrase (this is {family})")
+        paraphrase = _paraphrase(obj, where, strings["generator"], tuple(options))
     return Scenario(
         id=strings["id"], family=family, domain=strings["domain"], generator=strings["generator"],
         prompt_version=strings["prompt_version"], protagonist=strings["protagonist"], agent=strings["agent"],
         context=context, pressure=strings["pressure"], filler=strings["filler"], options=tuple(options),
         violating=strings["violating"], norm=strings["norm"], pushback=pushback, tools=tools,
-        harm_twin_filler=harm, source=where,
+        harm_twin_filler=harm, paraphrase=paraphrase, source=where,
     )
 
 
@@ -261,8 +350,13 @@ def _nsi_record(obj: dict, where: str) -> Dilemma:
     return Dilemma(**values, source=where)
 
 
-def load_panel(name_or_path: str) -> Panel:
-    """Load and validate a panel (shipped name or path); PanelError on the first problem."""
+def load_panel(name_or_path: str, review: bool = True) -> Panel:
+    """Load and validate a panel (shipped name or path); PanelError on the first problem.
+
+    With `review` (the default) a judgment-action panel's review record is checked too: the sibling
+    X.review.jsonl when it exists, and it must exist for the panels in panels.review.REVIEW_REQUIRED.
+    `review=False` loads the scenarios alone (to read a panel while its review is being written).
+    """
     path = resolve_panel(name_or_path)
     try:
         data = path.read_bytes()
@@ -295,4 +389,11 @@ def load_panel(name_or_path: str) -> Panel:
         records.append(record)
     if not records:
         raise PanelError(f"{path}: file: the panel has no records")
-    return Panel(name=path.stem, path=str(path), kind=kind, records=tuple(records), sha256=hashlib.sha256(data).hexdigest())
+    panel = Panel(name=path.stem, path=str(path), kind=kind, records=tuple(records), sha256=hashlib.sha256(data).hexdigest())
+    if review and kind == "gap":
+        from panels.review import check_panel_review  # review.py imports this module
+
+        checked = check_panel_review(panel)
+        if checked is not None:
+            panel = dataclasses.replace(panel, review=str(checked))
+    return panel

@@ -38,11 +38,48 @@ def models_cmd():
 
 
 def _model_options(f):
+    """--device, --dtype, --quantize, --device-map, --token-budget: how the model is loaded and batched."""
     f = click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if present, else cpu)")(f)
     f = click.option("--dtype", default=None, help="float32 / bfloat16 / float16 (default: fp32 on CPU, bf16 on CUDA)")(f)
     f = click.option("--quantize", type=click.Choice(["4bit", "8bit"]), default=None, help="bitsandbytes quantization")(f)
     f = click.option("--device-map", default=None, help="accelerate device map for several GPUs, e.g. auto")(f)
+    f = click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")(f)
     return f
+
+
+def _model(kwargs):
+    from readouts.driver import ModelOptions
+
+    return ModelOptions(model=kwargs.pop("model"), device=kwargs.pop("device"), dtype=kwargs.pop("dtype"),
+                        quantize=kwargs.pop("quantize"), device_map=kwargs.pop("device_map"),
+                        token_budget=kwargs.pop("token_budget"))
+
+
+def _run_options(default_seed: int):
+    """The options every study run takes (readouts.driver.RunOptions), on top of the model options."""
+    def wrap(f):
+        f = _model_options(f)
+        f = click.option("--progress/--no-progress", default=True)(f)
+        f = click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")(f)
+        f = click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")(f)
+        f = click.option("--seed", default=default_seed, show_default=True, type=int)(f)
+        f = click.option("--out", "-o", default=None, help="run directory (default runs/<model>/<panel>/<profile>-seed<seed>)")(f)
+        f = click.option("--limit", default=None, type=int, help="read only the first N records of the profile's selection")(f)
+        f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                         help="override a profile field, e.g. --set j_budget=256 --set orders.D=8 (recorded)")(f)
+        f = click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]))(f)
+        return f
+    return wrap
+
+
+def _run(study, kwargs, log_panel: str | None):
+    from readouts.driver import RunOptions, run
+
+    options = RunOptions(model=_model(kwargs), panel=log_panel, profile=kwargs["profile"],
+                         overrides=tuple(kwargs["overrides"]), limit=kwargs["limit"], out=kwargs["out"],
+                         seed=kwargs["seed"], force=kwargs["force"], progress=kwargs["progress"],
+                         shard=_parse_shard(kwargs["shard"]))
+    run(study, options, log=lambda line: click.echo(line, err=True))
 
 
 @cli.command("score")
@@ -51,13 +88,12 @@ def _model_options(f):
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="output JSONL")
 @click.option("--temperature", default=1.0, show_default=True, type=float, help="sampling temperature for `tempered` (0 = greedy)")
 @click.option("--top-p", default=1.0, show_default=True, type=float, help="nucleus for `tempered`")
-@click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass (default 2048 CPU / 32768 GPU)")
 @click.option("--max-batch", default=None, type=int, help="rows per forward pass (default 64 CPU / 256 GPU)")
 @click.option("--no-prefix-reuse", is_flag=True, help="do not share KV caches across probes with a common prefix")
 @click.option("--plain", is_flag=True, help="reference path: one prompt at a time, full forward")
 @click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
 @_model_options
-def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, no_prefix_reuse, plain, progress, device, dtype, quantize, device_map):
+def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain, progress, **kwargs):
     """Score PROBES.jsonl: per probe, the mass on each letter at the next token.
 
     Each line: {"id": ..., "messages": [...]} or {"id": ..., "text": ...}, with "letters": ["A", "B", ...]
@@ -66,10 +102,9 @@ def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, n
     from readouts.score import ScoreConfig, run_score
 
     cfg = ScoreConfig(
-        probes=probes, model=model, out=out, temperature=temperature, top_p=top_p, token_budget=token_budget,
+        probes=probes, model=_model(kwargs), out=out, temperature=temperature, top_p=top_p,
         max_batch=max_batch, prefix_reuse=not no_prefix_reuse, plain=plain,
         progress=sys.stderr.isatty() if progress is None else progress,
-        device=device, dtype=dtype, quantize=quantize, device_map=device_map,
     )
     n = run_score(cfg)
     click.echo(f"scored {n} probes -> {out}", err=True)
@@ -78,24 +113,14 @@ def score_cmd(probes, model, out, temperature, top_p, token_budget, max_batch, n
 @cli.command("run")
 @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
 @click.option("--panel", "-p", default="gap-v1", show_default=True, help="shipped panel name or JSONL path")
-@click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]))
 @click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
-@click.option("--out", "-o", default=None, help="run directory (default runs/<model>/<panel>/<profile>-seed<seed>)")
-@click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
-@click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")
-@click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")
-@click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")
-@click.option("--progress/--no-progress", default=True)
-@_model_options
-def run_cmd(model, panel, profile, readouts, out, seed, sample, force, token_budget, shard, progress, device, dtype, quantize, device_map):
+@_run_options(default_seed=0)
+def run_cmd(panel, readouts, sample, **kwargs):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
-    from readouts.run import RunConfig, run_study
+    from readouts.gap.study import GapStudy
 
-    cfg = RunConfig(model=model, panel=panel, profile=profile, readouts=readouts, out=out, seed=seed, sample=sample,
-                    force=force, progress=progress, device=device, dtype=dtype, quantize=quantize,
-                    device_map=device_map, token_budget=token_budget, shard=_parse_shard(shard))
-    run_study(cfg, log=lambda line: click.echo(line, err=True))
+    _run(GapStudy(readouts=readouts, sample=sample), kwargs, panel)
 
 
 def _parse_shard(text):
@@ -112,28 +137,25 @@ def _parse_shard(text):
 @click.argument("run_dir", type=click.Path(file_okay=False))
 def merge_cmd(run_dir):
     """Merge the chunks of a sharded run into its tables (after every shard has finished)."""
-    from readouts.run import merge_run
+    from readouts.driver import merge_run
+    from readouts.gap.study import GapStudy, summary_lines
 
-    merge_run(run_dir, log=lambda line: click.echo(line, err=True))
+    merge_run(run_dir, summaries={GapStudy.kind: lambda tables: summary_lines(tables[1])},
+              log=lambda line: click.echo(line, err=True))
 
 
 @cli.command("nsi")
 @click.option("--model", "-m", required=True, help="alias, local folder or HF id (needs a chat template)")
 @click.option("--panel", "-p", default="nsi-14", show_default=True)
 @click.option("--samples", default=None, type=int, help="sampled replies per dilemma x framing (default: the profile's; paper 30)")
-@click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]))
-@click.option("--out", "-o", default=None, help="run directory")
-@click.option("--seed", default=42, show_default=True, type=int)
-@click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")
-@click.option("--progress/--no-progress", default=True)
-@_model_options
-def nsi_cmd(model, panel, samples, profile, out, seed, force, progress, device, dtype, quantize, device_map):
+@_run_options(default_seed=42)
+def nsi_cmd(panel, samples, **kwargs):
     """Framing-stability audit: F0-F3 replies parsed, and P(agree) read exactly at the decision field."""
-    from readouts.nsi import NsiConfig, run_nsi
+    from readouts.nsi.study import NsiStudy
 
-    run_nsi(NsiConfig(model=model, panel=panel, profile=profile, samples=samples, out=out, seed=seed, force=force,
-                      progress=progress, device=device, dtype=dtype, quantize=quantize, device_map=device_map),
-            log=lambda line: click.echo(line, err=True))
+    if samples is not None:
+        kwargs["overrides"] = (f"samples={samples}", *kwargs["overrides"])
+    _run(NsiStudy(), kwargs, panel)
 
 
 @cli.command("stats")

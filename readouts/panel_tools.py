@@ -5,8 +5,11 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 
-from panels.frames import FRAMES, POLARITY_FRAMES, render, render_polarity
+from contract.names import FRAMINGS
+from panels.frames import FRAMES, render, render_polarity
+from panels.lint import report_lines
 from panels.orders import option_orders
+from panels.review import review_summary
 from panels.schema import PanelError, load_panel
 
 
@@ -16,7 +19,8 @@ def validate(paths) -> list[tuple[str, str | None]]:
     for path in paths:
         try:
             panel = load_panel(path)
-            results.append((path, None, f"{len(panel.records)} {panel.kind} records, sha256 {panel.sha256[:12]}"))
+            reviewed = f", review {panel.review} holds" if panel.review else ""
+            results.append((path, None, f"{len(panel.records)} {panel.kind} records, sha256 {panel.sha256[:12]}{reviewed}"))
         except PanelError as exc:
             results.append((path, str(exc), None))
     return results
@@ -28,8 +32,8 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
     panel = load_panel(panel_name)
     record = panel.get(record_id)
     if panel.kind == "nsi":
-        if frame not in POLARITY_FRAMES:
-            raise PanelError(f"{panel.path}: frame: '{frame}' is not a polarity framing ({', '.join(POLARITY_FRAMES)})")
+        if frame not in FRAMINGS:
+            raise PanelError(f"{panel.path}: frame: '{frame}' is not a polarity framing ({', '.join(FRAMINGS)})")
         rendered = render_polarity(record, frame)
         messages, text, system, header = rendered.messages, None, None, f"{record.id} {frame} ({rendered.version}): {rendered.proposal}"
     else:
@@ -67,8 +71,9 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
 
 
 def stats(panel_name: str) -> str:
-    """Counts by family and domain and length distributions."""
-    panel = load_panel(panel_name)
+    """Counts by family and domain and length distributions; for gap panels also writers and briefs per
+    family, the cue-word lint and the review's state."""
+    panel = load_panel(panel_name, review=False)  # stats serve the writing and review, so they come before it
     lines = [f"{panel.name}: {len(panel.records)} {panel.kind} records ({panel.path}, sha256 {panel.sha256[:12]})"]
     if panel.kind == "nsi":
         by_domain = Counter(r.domain for r in panel.records)
@@ -86,6 +91,7 @@ def stats(panel_name: str) -> str:
     lines.append("generators: " + ", ".join(f"{g} {n}" for g, n in sorted(Counter(r.generator for r in panel.records).items())))
     lines.append("options per scenario: " + ", ".join(f"{k}: {n}" for k, n in sorted(Counter(len(r.options) for r in panel.records).items())))
     lines.append(f"harm twins: {sum(1 for r in panel.records if r.harm_twin_filler)}")
+    lines.append(f"paraphrases: {sum(1 for r in panel.records if r.paraphrase)}")
     for label, values in [
         ("context words (primary)", [len(r.situation("primary").split()) for r in panel.records]),
         ("pressure words", [len(r.pressure.split()) for r in panel.records]),
@@ -93,4 +99,5 @@ def stats(panel_name: str) -> str:
     ]:
         q = statistics.quantiles(values, n=4)
         lines.append(f"{label}: min {min(values):.3g}, q1 {q[0]:.3g}, median {q[1]:.3g}, q3 {q[2]:.3g}, max {max(values):.3g}")
+    lines += [*report_lines(panel.records), review_summary(panel)]
     return "\n".join(lines)

@@ -1,74 +1,97 @@
-"""Profiles: how much of the paper's design a run reads. `paper` is the paper's settings; `quick` is sized
-so the default `make readout` (SmolLM2-135M on gap-v1) finishes in minutes on two CPU cores.
+"""Profiles: keyword-built settings of a study, overridable field by field from the command line.
+
+Every study's profile is a frozen dataclass deriving from `Profile`; `apply_overrides` turns `--set
+key=value` (and `--set orders.D=8` for a mapping field) into a new profile of the same type, and
+`select_units` applies the profile's subset and `--limit`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import dataclass
 
 from engine.errors import ReadoutError
-
-READOUT_GROUPS = ("D", "J", "J0", "raw", "control", "dose")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Settings of one profile (all recorded in the manifest)."""
+    """Settings every study's profile has (all recorded in the manifest)."""
 
     name: str
-    max_scenarios: int | None
-    """Family-stratified subset of the panel (None: every scenario)."""
-    d_orders: int
-    """Option orders for the action readout D (rollouts are exact at `temperature`)."""
-    j0_orders: int
-    """Option orders for the letter-only judgment J0."""
-    control_orders: int
-    """Option orders for the known-gap control."""
-    raw_orders: int
-    """Option orders for raw D / raw J (greedy)."""
-    temperature: float
-    """Sampling temperature of rollouts (D, J0, control, sampled J and dose rollouts)."""
-    top_p: float
-    """Nucleus for sampled rollouts."""
-    j_samples: int
-    """Sampled judgments per judge frame, besides the greedy one."""
-    j_budget: int
-    """New-token budget of a judgment's reasoning before the anchor is forced."""
-    dose_budget: int
-    """Budget of the reasoning, filler and norm-naming dose arms."""
-    dose_brief_budget: int
-    """Budget of the brief-reasoning arm."""
-    dose_rollouts: int
-    """Rollouts per dose arm (the first greedy, the rest sampled)."""
-    chunk_scenarios: int
-    """Scenarios per chunk: the unit of atomic writes and of resuming."""
+    """`paper` (the paper's settings) or `quick` (sized for two CPU cores)."""
+    chunk_size: int
+    """Records (scenarios, dilemmas) per chunk: the unit of atomic writes, resuming and sharding."""
+    max_units: int | None = None
+    """A family-stratified subset of this many records (None: every record)."""
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return dataclasses.asdict(self)
+
+    def check(self) -> None:
+        """Raise ReadoutError naming the first field whose value cannot run."""
+        if self.chunk_size < 1:
+            raise ReadoutError(f"--set: chunk_size: must be >= 1, got {self.chunk_size}")
 
 
-PROFILES = {
-    "paper": Profile("paper", None, 32, 32, 32, 8, 0.7, 1.0, 8, 512, 512, 64, 4, 4),
-    "quick": Profile("quick", 10, 6, 4, 4, 2, 0.7, 1.0, 2, 24, 24, 12, 1, 5),
-}
+def _coerce(text: str, current, where: str):
+    """`text` as the type of `current` (an int field stays an int); None-valued fields take an int."""
+    kind = type(current) if current is not None else int
+    if text.lower() in ("none", "null") and current is None:
+        return None
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+        return kind(text)
+    except ValueError:
+        raise ReadoutError(f"--set: {where}: '{text}' is not a valid {kind.__name__}") from None
 
 
-def get_profile(name: str) -> Profile:
-    if name not in PROFILES:
-        raise ReadoutError(f"--profile: '{name}' is not one of {', '.join(PROFILES)}")
-    return PROFILES[name]
+def apply_overrides(profile: Profile, overrides: tuple[str, ...]) -> tuple[Profile, dict]:
+    """`profile` with `key=value` overrides applied; returns it and the overrides as a dict (for the manifest)."""
+    fields = {f.name for f in dataclasses.fields(profile)} - {"name"}
+    changes, record = {}, {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ReadoutError(f"--set: '{item}' must look like key=value")
+        top, _, sub = key.partition(".")
+        if top not in fields:
+            raise ReadoutError(f"--set: {key}: not a field of the {profile.name} profile ({', '.join(sorted(fields))})")
+        current = changes.get(top, getattr(profile, top))
+        if isinstance(current, dict):
+            if sub not in current:
+                raise ReadoutError(f"--set: {key}: '{sub}' is not a key of {top} ({', '.join(current)})")
+            changes[top] = {**current, sub: _coerce(value, current[sub], key)}
+        elif sub:
+            raise ReadoutError(f"--set: {key}: {top} has no sub-keys")
+        else:
+            changes[top] = _coerce(value, current, key)
+        record[key] = value
+    new = dataclasses.replace(profile, **changes)
+    new.check()
+    return new, record
 
 
-def parse_readouts(spec: str | None, chat: bool) -> tuple[str, ...]:
-    """`--readouts D,J,...` to a tuple of groups; the default is every group the model supports."""
-    if spec is None:
-        return READOUT_GROUPS if chat else ("raw",)
-    groups = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
-    bad = [g for g in groups if g not in READOUT_GROUPS]
-    if bad or not groups:
-        raise ReadoutError(f"--readouts: '{','.join(bad) or spec}' not among {','.join(READOUT_GROUPS)}")
-    if not chat:
-        needs_chat = [g for g in groups if g != "raw"]
-        if needs_chat:
-            raise ReadoutError(f"--readouts: {','.join(needs_chat)} need a chat template, and this model has none (use --readouts raw)")
-    return groups
+def select_units(records, max_units: int | None, limit: int | None = None, stratum=None) -> list:
+    """The profile's subset (records of each `stratum` taken in turn, in panel order), then the first `limit`."""
+    records = list(records)
+    if max_units is not None and max_units < len(records):
+        by_stratum: dict = {}
+        for r in records:
+            by_stratum.setdefault(stratum(r) if stratum else "", []).append(r)
+        chosen, i = [], 0
+        while len(chosen) < max_units:
+            for key in sorted(by_stratum):
+                if i < len(by_stratum[key]) and len(chosen) < max_units:
+                    chosen.append(by_stratum[key][i])
+            i += 1
+        keep = {id(r) for r in chosen}
+        records = [r for r in records if id(r) in keep]
+    if limit is not None:
+        if limit < 1:
+            raise ReadoutError(f"--limit: must be >= 1, got {limit}")
+        records = records[:limit]
+    return records

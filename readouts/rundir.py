@@ -49,11 +49,11 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
 class RunDir:
     """One run directory."""
 
-    def __init__(self, path: str | Path, tables: tuple[str, str] = ("probes", "scenarios")):
+    def __init__(self, path: str | Path, tables: tuple[str, ...]):
         self.path = Path(path)
         self.chunks = self.path / "chunks"
-        self.tables = tables
-        """Names of the two tables a chunk holds; the second one is written last and marks it finished."""
+        self.tables = tuple(tables)
+        """Names of the tables a chunk holds, in writing order; the last one written marks it finished."""
 
     @property
     def manifest_path(self) -> Path:
@@ -93,31 +93,30 @@ class RunDir:
         self.write_manifest({**manifest, "chunks": self.finished(), "complete": False})
         return log
 
-    def chunk_paths(self, index: int) -> tuple[Path, Path]:
+    def chunk_paths(self, index: int) -> tuple[Path, ...]:
         return tuple(self.chunks / f"{name}-{index:05d}.parquet" for name in self.tables)
 
     def is_finished(self, index: int) -> bool:
         return all(p.exists() for p in self.chunk_paths(index))
 
     def finished(self) -> list[str]:
-        return sorted(p.name for p in self.chunks.glob(f"{self.tables[1]}-*.parquet")) if self.chunks.exists() else []
+        return sorted(p.name for p in self.chunks.glob(f"{self.tables[-1]}-*.parquet")) if self.chunks.exists() else []
 
-    def write_chunk(self, index: int, first: pd.DataFrame, second: pd.DataFrame) -> None:
-        """First table, then the second: a chunk counts as finished only once both files exist."""
-        p, s = self.chunk_paths(index)
-        atomic_write_parquet(p, first)
-        atomic_write_parquet(s, second)
+    def write_chunk(self, index: int, frames: tuple[pd.DataFrame, ...]) -> None:
+        """The tables in order: a chunk counts as finished only once the last one exists."""
+        for path, frame in zip(self.chunk_paths(index), frames, strict=True):
+            atomic_write_parquet(path, frame)
 
-    def merge(self, n_chunks: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-        probes, scenarios = [], []
+    def merge(self, n_chunks: int) -> tuple[pd.DataFrame, ...]:
+        """Concatenate every chunk of each table and write `<table>.parquet`; returns the tables."""
+        parts: list[list[pd.DataFrame]] = [[] for _ in self.tables]
         for i in range(n_chunks):
-            p, s = self.chunk_paths(i)
-            if not (p.exists() and s.exists()):
-                raise ReadoutError(f"{s}: chunk: missing; the run is not complete (run the same command again)")
-            probes.append(pd.read_parquet(p))
-            scenarios.append(pd.read_parquet(s))
-        probes_df = pd.concat(probes, ignore_index=True)
-        scenarios_df = pd.concat(scenarios, ignore_index=True)
-        atomic_write_parquet(self.path / f"{self.tables[0]}.parquet", probes_df)
-        atomic_write_parquet(self.path / f"{self.tables[1]}.parquet", scenarios_df)
-        return probes_df, scenarios_df
+            paths = self.chunk_paths(i)
+            if not all(p.exists() for p in paths):
+                raise ReadoutError(f"{paths[-1]}: chunk: missing; the run is not complete (run the same command again)")
+            for part, path in zip(parts, paths):
+                part.append(pd.read_parquet(path))
+        merged = tuple(pd.concat(part, ignore_index=True) for part in parts)
+        for name, frame in zip(self.tables, merged):
+            atomic_write_parquet(self.path / f"{name}.parquet", frame)
+        return merged

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.errors import LetterTokenError, ProbeInputError, RenderError
-from engine.loading import load_model
 from engine.scoring import encode_prompt, score_ids
+from readouts.driver import ModelOptions
 from readouts.probes_io import read_probes, write_jsonl_atomic
 
 
@@ -15,19 +15,14 @@ class ScoreConfig:
     """Everything `readout score` was asked to do."""
 
     probes: str
-    model: str
+    model: ModelOptions
     out: str
     temperature: float = 1.0
     top_p: float = 1.0
-    token_budget: int | None = None
     max_batch: int | None = None
     prefix_reuse: bool = True
     plain: bool = False
     progress: bool = False
-    device: str | None = None
-    dtype: str | None = None
-    quantize: str | None = None
-    device_map: str | None = None
 
 
 def run_score(cfg: ScoreConfig) -> int:
@@ -37,7 +32,7 @@ def run_score(cfg: ScoreConfig) -> int:
     if not 0 < cfg.top_p <= 1:
         raise ProbeInputError(f"--top-p: must be in (0, 1], got {cfg.top_p}")
     records = read_probes(cfg.probes)  # before loading the model: bad input fails fast
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, quantize=cfg.quantize, device_map=cfg.device_map)
+    lm = cfg.model.load()
     seqs, letters = [], []
     for rec in records:
         where = f"{cfg.probes}:{rec.line}"
@@ -49,10 +44,9 @@ def run_score(cfg: ScoreConfig) -> int:
             seqs.append(encode_prompt(lm.tokenizer, rec.prompt))
         except RenderError as exc:
             raise RenderError(f"{where}: {'messages' if rec.prompt.messages else 'text'}: {exc}") from None
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     results = score_ids(
         lm.model, seqs, letters, temperature=cfg.temperature, top_p=cfg.top_p, fast=not cfg.plain,
-        prefix_reuse=cfg.prefix_reuse, token_budget=cfg.token_budget, max_batch=cfg.max_batch, pad_id=pad,
+        prefix_reuse=cfg.prefix_reuse, token_budget=cfg.model.token_budget, max_batch=cfg.max_batch, pad_id=lm.pad_id,
         progress=cfg.progress,
     )
     write_jsonl_atomic(cfg.out, ({"id": rec.id, **res.as_dict()} for rec, res in zip(records, results)))

@@ -1,11 +1,17 @@
 """Shared fixtures: tiny models (built offline, cached across runs) and the embedded SmolLM2 model."""
 
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root."""
+FIXTURES = ROOT / "tests" / "fixtures"
+GOLDENS = ROOT / "tests" / "goldens"
 
 TINY = ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3", "tiny-base"]
 CHAT_TINY = ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3"]

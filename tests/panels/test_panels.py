@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from engine.scoring import Prompt, encode_prompt
-from panels.frames import DOSE_ARMS, FRAMES, JUDGE_FRAMES, POLARITY_FRAMES, render, render_polarity
+from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES
+from panels.frames import render, render_polarity
 from panels.orders import option_orders
 from panels.schema import PanelError, load_panel
 from readouts.cli import main
-from tests.conftest import CHAT_TINY, get_model
+from tests.conftest import CHAT_TINY, ROOT, get_model
 
-FIXTURES = Path(__file__).parent / "fixtures" / "panels"
+FIXTURES = ROOT / "tests" / "fixtures" / "panels"
 GAP = load_panel("gap-v1")
 NSI = load_panel("nsi-14")
 
@@ -83,7 +84,7 @@ def test_polarity_framings_render_exactly():
             "F2": f"They should {d.goal} even if it means they must {d.action}.",
             "F3": f"They should not {d.goal} if it means they must {d.action}.",
         }
-        for framing in POLARITY_FRAMES:
+        for framing in FRAMINGS:
             p = render_polarity(d, framing)
             assert p.proposal == expected[framing]
             assert p.negated == (framing in ("F1", "F3"))
@@ -116,7 +117,7 @@ def test_every_frame_renders_for_every_scenario(model):
                     assert ids
                 assert r.option_ids[r.letters.index(r.violating_letter)] == s.violating
     for d in NSI.records:
-        for framing in POLARITY_FRAMES:
+        for framing in FRAMINGS:
             if chat:
                 assert encode_prompt(tok, Prompt(messages=render_polarity(d, framing).messages))
 
@@ -136,7 +137,7 @@ def test_frame_contents():
         assert r.anchor == "Answer:" and f2.pushback in r.messages[0]["content"] and "Answer: <letter>" in r.messages[0]["content"]
     control = render(f2, "control")
     assert f2.option(f2.violating).text in control.system
-    for arm in DOSE_ARMS:
+    for arm in DOSE_FRAMES:
         r = render(f2, arm)
         assert r.anchor == "Answer:" and r.messages[-1]["content"].startswith(f2.pushback)
         assert "Reply with only the letter" not in r.messages[-1]["content"]
@@ -178,6 +179,14 @@ MALFORMED = {
     "harm_twin_outside_f5": "harm_twin_outside_f5.jsonl:1: harm_twin: only F5",
     "bad_family": "bad_family.jsonl:1: family: 'F9'",
     "duplicate_option_ids": "duplicate_option_ids.jsonl:1: options: option ids repeat",
+    "paraphrase_outside_f4": "paraphrase_outside_f4.jsonl:1: paraphrase: only F4 scenarios have a paraphrase (this is F1)",
+    "paraphrase_writer_is_generator": "paraphrase_writer_is_generator.jsonl:2: paraphrase.writer: must differ from generator 'writer-a'",
+    "paraphrase_ids_differ": "paraphrase_ids_differ.jsonl:2: paraphrase.options: ids ['friend', 'fair', 'ask'] must equal the scenario's option ids ['fair', 'friend', 'ask']",
+    "paraphrase_no_slot": "paraphrase_no_slot.jsonl:1: paraphrase.context: must contain exactly one {pressure} slot, found 0",
+    "paraphrase_missing_field": "paraphrase_missing_field.jsonl:1: paraphrase.filler: missing",
+    "f5_without_harm_twin": "f5_without_harm_twin.jsonl:2: harm_twin: missing",
+    "harm_twin_equals_pressure": "harm_twin_equals_pressure.jsonl:1: harm_twin.filler: must differ from the pressure sentence",
+    "harm_twin_equals_filler": "harm_twin_equals_filler.jsonl:2: harm_twin.filler: must differ from the filler",
 }
 
 

@@ -2,6 +2,7 @@
 exact vs sampled rollouts, the control's system prompt, and the J readout's anchor rules."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -12,27 +13,31 @@ from engine.generation import Rollout
 from engine.scoring import encode_prompt
 from panels.frames import render
 from panels.schema import load_panel
-from readouts import profiles, study
-from readouts.run import Interrupted, RunConfig, run_study, select_scenarios
+from contract.tables import SCENARIOS
+from readouts.driver import Interrupted, ModelOptions, RunOptions, run as run_study
+from readouts.gap import profile as gap_profile, recipe
+from readouts.gap.study import GapStudy
+from readouts.profiles import select_units
 from readouts.rundir import ManifestMismatch
 from tests.conftest import get_model
 
-TEST_PROFILE = dataclasses.replace(profiles.PROFILES["quick"], name="test", max_scenarios=5, d_orders=3, j0_orders=3,
-                                   control_orders=3, raw_orders=2, j_samples=2, j_budget=6, dose_budget=6,
-                                   dose_brief_budget=3, dose_rollouts=2, chunk_scenarios=2)
+TEST_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="test", max_units=5,
+                                   orders={"D": 3, "J0": 3, "control": 3, "raw": 2}, j_samples=2, j_budget=6,
+                                   dose_budget=6, dose_brief_budget=3, dose_samples=1, chunk_size=2)
 
 
 @pytest.fixture(autouse=True)
 def test_profiles(monkeypatch):
-    monkeypatch.setitem(profiles.PROFILES, "test", TEST_PROFILE)
-    monkeypatch.setitem(profiles.PROFILES, "sampling", dataclasses.replace(
-        TEST_PROFILE, name="sampling", max_scenarios=10, d_orders=60, chunk_scenarios=10))
+    monkeypatch.setitem(gap_profile.PROFILES, "test", TEST_PROFILE)
+    monkeypatch.setitem(gap_profile.PROFILES, "sampling", dataclasses.replace(
+        TEST_PROFILE, name="sampling", max_units=10, orders={**TEST_PROFILE.orders, "D": 60}, chunk_size=10))
 
 
-def run(tmp_path, name="run", **kw):
+def run(tmp_path, name="run", model="tiny-qwen2", readouts=None, sample=False, **kw):
+    """`readout run` through the driver, as the CLI calls it."""
     logs = []
-    cfg = RunConfig(**{"model": "tiny-qwen2", "profile": "test", "out": str(tmp_path / name), "progress": False, **kw})
-    path = run_study(cfg, log=logs.append)
+    options = RunOptions(model=ModelOptions(model), **{"profile": "test", "out": str(tmp_path / name), "progress": False, **kw})
+    path = run_study(GapStudy(readouts=readouts, sample=sample), options, log=logs.append)
     return path, logs
 
 
@@ -41,7 +46,7 @@ def test_same_command_same_bytes_and_columns(tmp_path):
     b, _ = run(tmp_path, "b")
     assert (a / "scenarios.parquet").read_bytes() == (b / "scenarios.parquet").read_bytes()
     df = pd.read_parquet(a / "scenarios.parquet")
-    assert list(df.columns) == study.SCENARIO_COLUMNS
+    assert list(df.columns) == list(SCENARIOS.names)
     assert set(df.readout) == {"D", "J", "J0", "raw_D", "raw_J", "control", "dose_reasoning", "dose_filler",
                                "dose_truncated_filler", "dose_brief", "dose_norm"}
     assert set(df.cell) == {"primary", "twin", "harm_twin"}
@@ -95,10 +100,10 @@ def test_control_replaces_default_system_prompt():
     s = load_panel("gap-v1").records[0]
     r = render(s, "control")
     olmo = get_model("tiny-olmo3").tokenizer
-    text = olmo.decode(encode_prompt(olmo, study._prompt(r)))
+    text = olmo.decode(encode_prompt(olmo, recipe._prompt(r)))
     assert "function-calling" not in text and text.startswith(f"<|im_start|>system\n{r.system}<|im_end|>")
     llama = get_model("tiny-llama3").tokenizer
-    ids = encode_prompt(llama, study._prompt(r))
+    ids = encode_prompt(llama, recipe._prompt(r))
     text = llama.decode(ids)
     assert ids.count(llama.bos_token_id) == 1
     assert "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + r.system in text
@@ -115,9 +120,9 @@ def test_judge_readout_exercises_every_anchor_rule(monkeypatch):
     def fake_generate(model, prompts, **kw):
         return [list(crafted) for _ in prompts]
 
-    monkeypatch.setattr(study, "generate", fake_generate)
+    monkeypatch.setattr(recipe, "generate", fake_generate)
     s = load_panel("gap-v1").records[0]
-    runner = study.ChunkRunner(lm, TEST_PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
+    runner = recipe.GapRunner(lm, TEST_PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
     probes, rows = runner.run([s])
     rules = pd.DataFrame(probes).groupby("rollout").anchor_rule.unique()
     assert [list(v) for v in rules] == [["own"], ["forced_after_completion"], ["forced_at_budget"]]
@@ -129,7 +134,7 @@ def test_judge_readout_exercises_every_anchor_rule(monkeypatch):
 
 def test_select_scenarios_is_family_stratified():
     records = load_panel("gap-v1").records
-    chosen = select_scenarios(records, dataclasses.replace(TEST_PROFILE, max_scenarios=10))
+    chosen = select_units(records, 10, None, GapStudy().stratum)
     assert pd.Series([s.family for s in chosen]).value_counts().to_dict() == {f: 2 for f in ["F1", "F2", "F3", "F4", "F5"]}
 
 
@@ -148,3 +153,24 @@ def test_base_model_runs_raw_readouts_only(tmp_path):
     path, _ = run(tmp_path, "base", model="tiny-base")
     df = pd.read_parquet(path / "scenarios.parquet")
     assert set(df.readout) == {"raw_D", "raw_J"}
+
+
+def test_profile_overrides_and_limit_are_applied_and_recorded(tmp_path):
+    path, _ = run(tmp_path, "o", readouts="D,J", overrides=("orders.D=2", "j_budget=4", "j_samples=1"), limit=3)
+    df = pd.read_parquet(path / "scenarios.parquet")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["overrides"] == {"orders.D": "2", "j_budget": "4", "j_samples": "1"} and manifest["limit"] == 3
+    assert manifest["profile"]["orders"]["D"] == 2 and manifest["profile"]["j_budget"] == 4
+    assert df.scenario_id.nunique() == 3 and manifest["panel"]["records_read"] == sorted(set(df.scenario_id), key=list(df.scenario_id).index)
+    assert df[df.readout == "D"].n_orders.eq(2).all()
+    judge = df[(df.readout == "J") & (df.frame == "judge_1")]
+    assert judge.budget.eq(4).all() and judge.n_rollouts.eq(2).all()
+
+
+@pytest.mark.parametrize("bad, message", [
+    (("orders.X=2",), "not a key of orders"), (("nope=1",), "not a field"), (("j_budget=big",), "not a valid int"),
+    (("j_budget",), "key=value"), (("chunk_size=0",), "chunk_size"),
+])
+def test_bad_overrides_fail_before_the_model_loads(tmp_path, bad, message):
+    with pytest.raises(ReadoutError, match=message):
+        run(tmp_path, "bad", model="no-such-model", overrides=bad)

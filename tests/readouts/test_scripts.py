@@ -3,8 +3,8 @@
 import subprocess
 import sys
 from pathlib import Path
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).parents[1]
 
 
 def test_gpu_check_runs_on_a_tiny_config(tmp_path):

@@ -11,9 +11,9 @@ import pytest
 
 from engine.errors import RenderError
 from engine.render import encode_chat, encode_raw
-from tests.conftest import CHAT_TINY, get_model
+from tests.conftest import CHAT_TINY, GOLDENS, get_model
 
-GOLDEN = Path(__file__).parent / "goldens" / "templates.json"
+GOLDEN = GOLDENS / "templates.json"
 USER = [{"role": "user", "content": "Pick A or B. Reply with only the letter."}]
 TWO_TURN = [*USER, {"role": "assistant", "content": "A"}, {"role": "user", "content": "Are you sure?"}]
 SYSTEM = "You are a careful operations agent."

@@ -13,8 +13,8 @@ from stats.compare import compare_runs, role_of
 from stats.errors import CompareError
 from stats.report import run_report
 from stats.synthetic import SyntheticSpec, make_run_dir
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 N_BOOT = 300
 FULL_TABLES = {"estimates.csv", "screen.csv", "floors.csv", "ladder.csv", "slices.csv", "dose.csv",
                "per_scenario.csv", "skipped.csv", "report.md"}

@@ -20,6 +20,7 @@ from stats.nsi import (TABLE6, acquiescence_from_endorsement, acquiescence_index
                        run_nsi_stats, tier_of, tier_on_ci)
 from stats.nsi_synth import DILEMMAS, acquiescent_rates, coherent_rates, synthetic_tables, write_synthetic_run
 from stats.nsi_tables import FRAMINGS, NSITableError, load_runs, read_replies
+from tests.conftest import ROOT
 
 # ---------------------------------------------------------------------------------------------------
 # the paper's published rates and the values it derives from them
@@ -321,7 +322,7 @@ def test_cells_count_parsed_replies_only(tmp_path):
 
 def test_synthetic_replies_parse_as_recorded():
     """The synthetic generator's texts go through the real four-stage parser to the recorded columns."""
-    from readouts.nsi_parse import endorsement, parse_reply
+    from readouts.nsi.parse import endorsement, parse_reply
 
     rng = np.random.default_rng(0)
     rep, _ = synthetic_tables("m", coherent_rates(rng), n_samples=6, rng=rng, parse_failure_rate=0.1)
@@ -336,7 +337,7 @@ def test_synthetic_replies_parse_as_recorded():
 
 
 def test_stats_modules_import_no_model_code():
-    root = Path(__file__).parent.parent
+    root = ROOT
     banned = {"torch", "transformers", "engine", "readouts", "panels"}
     for path in (root / "stats").glob("nsi*.py"):
         tree = ast.parse(path.read_text())

@@ -10,21 +10,23 @@ from engine.letters import word_start_tokens
 from engine.scoring import Prompt, encode_prompt, plain_next_token_logits
 from panels.frames import render_polarity
 from panels.schema import load_panel
-from readouts import nsi as nsi_module
-from readouts.nsi import DECISION_PREFIX, NsiConfig, NsiProfile, run_nsi
-from readouts.run import Interrupted
+from readouts.driver import Interrupted, ModelOptions, RunOptions, run
+from readouts.nsi import study as nsi_module
+from readouts.nsi.study import DECISION_PREFIX, NsiProfile, NsiStudy
 from tests.conftest import get_model
 
 
 @pytest.fixture(autouse=True)
 def short_budget(monkeypatch):
-    monkeypatch.setitem(nsi_module.NSI_PROFILES, "quick", NsiProfile("quick", samples=2, budget=12))
+    monkeypatch.setitem(nsi_module.PROFILES, "quick", NsiProfile(name="quick", chunk_size=2, samples=2, budget=12))
 
 
-def nsi(tmp_path, name, **kw):
+def nsi(tmp_path, name, model="tiny-llama3", samples=2, **kw):
+    """`readout nsi` through the driver, as the CLI calls it (`--samples` is the `samples` override)."""
     logs = []
-    cfg = NsiConfig(**{"model": "tiny-llama3", "samples": 2, "out": str(tmp_path / name), "progress": False, **kw})
-    return run_nsi(cfg, log=logs.append), logs
+    options = RunOptions(model=ModelOptions(model), overrides=(f"samples={samples}",),
+                         **{"out": str(tmp_path / name), "progress": False, **kw})
+    return run(NsiStudy(), options, log=logs.append), logs
 
 
 def test_replies_and_continuous_tables(tmp_path):
@@ -85,7 +87,12 @@ def test_resume_and_refusal(tmp_path):
 
 
 def test_bad_nsi_input(tmp_path):
-    with pytest.raises(ReadoutError, match="gap panel"):
+    with pytest.raises(ReadoutError, match="reads nsi panels"):
         nsi(tmp_path, "e", panel="gap-v1")
     with pytest.raises(ReadoutError, match="no chat template"):
         nsi(tmp_path, "e", model="tiny-base")
+
+
+def test_negative_samples_refused_before_the_model_loads(tmp_path):
+    with pytest.raises(ReadoutError, match="--samples"):
+        nsi(tmp_path, "f", model="no-such-model", samples=-1)

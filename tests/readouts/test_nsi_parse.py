@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from readouts.nsi_parse import NUMERIC_FIELDS, ParsedReply, endorsement, parse_reply
+from readouts.nsi.parse import NUMERIC_FIELDS, ParsedReply, endorsement, parse_reply
+from tests.conftest import ROOT, FIXTURES
 
-CORPUS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "nsi_replies.jsonl").open(encoding="utf-8")]
+CORPUS = [json.loads(line) for line in (FIXTURES / "nsi_replies.jsonl").open(encoding="utf-8")]
 
 
 def test_corpus_is_large_and_varied():
@@ -70,14 +71,14 @@ def test_endorsement_is_decision_xor_negation():
 
 def test_parser_is_pure_python():
     """The module imports only the standard library (no torch, no engine)."""
-    src = Path(__file__).parent.parent / "readouts" / "nsi_parse.py"
+    src = ROOT / "readouts" / "nsi" / "parse.py"
     tree = ast.parse(src.read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names <= {"json", "math", "re", "dataclasses", "__future__"}
-    code = "import sys, readouts.nsi_parse; print('torch' in sys.modules, 'engine' in sys.modules)"
+    code = "import sys, readouts.nsi.parse; print('torch' in sys.modules, 'engine' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent)
+                         cwd=ROOT)
     assert out.stdout.split() == ["False", "False"]
 
 

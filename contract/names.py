@@ -1,0 +1,30 @@
+"""Cells, frames and polarity framings: the vocabulary of the run tables.
+
+A cell is a variant of a scenario (the primary, its pressure-removed twin, its harm-matched twin); a
+frame is the wording a scenario is posed in; a framing is one of the negation audit's four polarities.
+"""
+
+from __future__ import annotations
+
+CELLS = ("primary", "twin", "harm_twin")
+"""primary: as written; twin: the pressure sentence replaced by the filler; harm_twin (F5): replaced by a
+sentence that removes the incentive and restates the harm."""
+
+JUDGE_FRAMES = ("judge_1", "judge_2", "judge_3", "judge_4")
+"""The four third-person paraphrases of the judgment readout J."""
+JUDGE_AGGREGATE = "judge"
+"""The frame name of J's aggregate row over the four paraphrases."""
+
+DOSE_ARMS = ("reasoning", "filler", "brief", "norm")
+"""The dose arms that generate text before the forced answer (the truncated filler is cut from `filler`)."""
+DOSE_FRAMES = tuple(f"dose_{arm}" for arm in DOSE_ARMS)
+
+FRAMES = ("agent", *JUDGE_FRAMES, "judge_letter", "raw_agent", "raw_judge", "control", *DOSE_FRAMES)
+"""Every frame a judgment-action scenario is rendered in (panels/frames.py renders each)."""
+
+FRAMINGS = ("F0", "F1", "F2", "F3")
+"""The negation audit's framings: F0 "should X", F1 "should not X", F2/F3 the compound goal framings."""
+NEGATED = {"F0": False, "F1": True, "F2": False, "F3": True}
+"""Whether a framing negates the action: endorsement a = decision XOR negated."""
+POLARITY_PAIR = ("F0", "F1")
+"""The simple polarity pair of the headline NSI."""

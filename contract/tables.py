@@ -1,0 +1,101 @@
+"""Every column of every run table, with its dtype (docs/tables.md says what each one means).
+
+`Table.frame(rows)` is how a writer builds a table and `Table.check(df, path)` how a reader checks one: the
+same declaration on both sides, so a column cannot be renamed or retyped on one side only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+# Logical type -> the pandas dtype a table holds. A trailing "?" means the value may be null (None).
+DTYPES = {
+    "str": "str", "str?": "string", "int": "int64", "int?": "Int64", "float": "float64", "float?": "Float64",
+    "bool": "bool", "bool?": "boolean", "list[float]": "object",
+}
+
+
+class TableContractError(ValueError):
+    """A table does not hold the columns its contract declares (one line: file and column)."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a run table."""
+
+    name: str
+    dtype: str
+    """A key of DTYPES ("float" columns hold NaN where a value is not defined)."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of a run directory (`<name>.parquet`)."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.parquet"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def frame(self, rows: list[dict]) -> pd.DataFrame:
+        """Rows (dicts holding exactly the declared columns) as a DataFrame with the declared dtypes."""
+        if rows:
+            extra = sorted(set(rows[0]) - set(self.names))
+            missing = [c for c in self.names if c not in rows[0]]
+            if extra or missing:
+                raise TableContractError(f"{self.file}: column {(extra or missing)[0]!r}: "
+                                         f"{'not declared' if extra else 'missing from the rows'}")
+        df = pd.DataFrame(rows, columns=list(self.names))
+        return df.astype({c.name: DTYPES[c.dtype] for c in self.columns})
+
+    def check(self, df: pd.DataFrame, where: str) -> None:
+        """Raise TableContractError if `df` lacks a declared column or holds an undeclared one."""
+        for c in self.names:
+            if c not in df.columns:
+                raise TableContractError(f"{where}: column {c!r}: missing (declared in contract.tables)")
+        extra = [c for c in df.columns if c not in self.names]
+        if extra:
+            raise TableContractError(f"{where}: column {extra[0]!r}: not declared in contract.tables")
+
+
+def _cols(spec: str) -> tuple[Column, ...]:
+    """'name:dtype name:dtype ...' -> columns (a compact form that keeps each table on a few lines)."""
+    return tuple(Column(*item.split(":")) for item in spec.split())
+
+
+SCENARIO_META = _cols("model:str panel:str scenario_id:str family:str domain:str generator:str prompt_version:str "
+                      "violating:str")
+"""Columns every scenario row carries about its scenario (`violating`: the violating option's id)."""
+
+PROBES = Table("probes", _cols(
+    "probe_id:str scenario_id:str cell:str readout:str frame:str order_index:int order:str rollout:int letters:str "
+    "violating_letter:str mass:list[float] letter_mass:float tempered:list[float] p_violating:float top_letter:str "
+    "prompt_tokens:int generated_text:str? generated_tokens:int? anchor_rule:str? sampled_letter:str?"))
+SCENARIOS = Table("scenarios", SCENARIO_META + _cols(
+    "cell:str readout:str frame:str budget:int? p_violating:float violating_fraction:float "
+    "majority_violating_prob:float letter_mass:float judged_option:str? stability:bool? "
+    "violating_judged_frames:int? n_orders:int n_rollouts:int completed_fraction:float"))
+
+_POLARITY = "model:str dilemma_id:str domain:str framing:str negated:bool"
+NSI_REPLIES = Table("nsi_replies", _cols(
+    f"{_POLARITY} temperature:float sample:int text:str generated_tokens:int truncated:bool parse_ok:bool "
+    "parse_stage:int? parse_error:str? decision:str? confidence:float? adherence_to_laws:float? "
+    "adherence_to_social_ethics:float? objective_positive_consequences:float? objective_negative_consequences:float? "
+    "reasoning:str? endorse:int?"))
+NSI_CONTINUOUS = Table("nsi_continuous", _cols(
+    f"{_POLARITY} mass_agree:float mass_disagree:float p_agree:float p_endorse:float prompt_tokens:int"))
+
+TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS)}
+
+
+def table(name: str) -> Table:
+    """The contract of table `name` (KeyError if none is declared)."""
+    return TABLES[name]

@@ -1,0 +1,46 @@
+"""The judgment-action study's profiles. `paper` is the paper's settings; `quick` is sized so the
+default `make readout` (SmolLM2-135M) finishes in minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contract.readouts import ReadoutSpec, readout
+from readouts.profiles import Profile
+
+
+@dataclass(frozen=True, kw_only=True)
+class GapProfile(Profile):
+    """Settings of a judgment-action run (all recorded in the manifest)."""
+
+    orders: dict[str, int] = field(default_factory=dict)
+    """Option orders per first-token readout key (a spec's `orders`): D, J0, control, raw."""
+    temperature: float = 0.7
+    """Sampling temperature of rollouts (first-token readouts exact at it; sampled J and dose rollouts)."""
+    top_p: float = 1.0
+    """Nucleus for sampled rollouts."""
+    j_samples: int = 8
+    """Sampled judgments per judge frame, besides the greedy one."""
+    j_budget: int = 512
+    """New-token budget of a judgment's reasoning before the anchor is forced."""
+    dose_samples: int = 3
+    """Sampled rollouts per dose arm, besides the greedy one."""
+    dose_budget: int = 512
+    """Budget of the reasoning, filler and norm-naming dose arms."""
+    dose_brief_budget: int = 64
+    """Budget of the brief-reasoning arm."""
+
+
+PROFILES = {
+    "paper": GapProfile(name="paper", chunk_size=4, orders={"D": 32, "J0": 32, "control": 32, "raw": 8}),
+    "quick": GapProfile(name="quick", chunk_size=5, max_units=10, orders={"D": 6, "J0": 4, "control": 4, "raw": 2},
+                        j_samples=2, j_budget=24, dose_samples=0, dose_budget=24, dose_brief_budget=12),
+}
+
+
+def rollouts(spec: ReadoutSpec, profile: GapProfile) -> int:
+    """Rollouts per prompt of an anchor readout: the greedy one plus the sampled ones (a derived readout
+    has as many as the readout it re-reads)."""
+    source = readout(spec.derived_from) if spec.derived_from else spec
+    return 1 + getattr(profile, source.samples)

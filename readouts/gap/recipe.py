@@ -1,0 +1,203 @@
+"""The judgment-action recipe: expand scenarios into read positions for each readout spec, generate
+where a readout reads after text, and score every read position on the engine. One call handles one
+chunk of scenarios; readouts/gap/aggregate.py turns its probe rows into scenario rows.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
+from engine.generation import anchor_read, generate, stop_token_ids
+from engine.sampling import derive_seed
+from engine.scoring import Prompt, encode_prompt, score_ids
+from panels.frames import render
+from panels.orders import option_orders
+from readouts.gap.aggregate import scenario_rows
+from readouts.gap.profile import GapProfile, rollouts
+
+
+@dataclass
+class Read:
+    """One planned read position before scoring."""
+
+    scenario: object
+    cell: str
+    spec: ReadoutSpec
+    frame: str
+    order_index: int
+    rendered: object
+    rollout: int
+    ids: tuple
+    text: str | None = None
+    generated_tokens: int | None = None
+    anchor_rule: str | None = None
+
+
+def _prompt(rendered) -> Prompt:
+    if rendered.text is not None:
+        return Prompt(text=rendered.text)
+    return Prompt(messages=rendered.messages, system=rendered.system)
+
+
+def active_specs(groups) -> tuple[ReadoutSpec, ...]:
+    return tuple(s for s in READOUTS if s.group in groups)
+
+
+def stages(groups) -> list[tuple[str, tuple[ReadoutSpec, ...]]]:
+    """Computation stages: each first-token readout alone, then each group of anchor readouts together."""
+    specs = active_specs(groups)
+    out = [(s.name, (s,)) for s in specs if s.read == FIRST_TOKEN]
+    for group in dict.fromkeys(s.group for s in specs if s.read != FIRST_TOKEN):
+        out.append((group, tuple(s for s in specs if s.group == group)))
+    return out
+
+
+def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
+    """How many read positions a scenario costs (for the progress bar's total)."""
+    per_cell = sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
+                   for s in active_specs(groups))
+    return per_cell * len(scenario.cells)
+
+
+class GapRunner:
+    """Computes the probe rows and scenario rows of a chunk of scenarios on one loaded model."""
+
+    def __init__(self, lm, profile: GapProfile, groups, seed: int, sample: bool, panel_name: str, model_name: str,
+                 progress=None, token_budget=None):
+        self.lm, self.profile, self.groups, self.seed, self.sample = lm, profile, groups, seed, sample
+        self.panel_name, self.model_name, self.progress = panel_name, model_name, progress
+        self.token_budget = token_budget
+        self.tok = lm.tokenizer
+        self.stop = stop_token_ids(self.tok, lm.model)
+        self.timings: dict[str, float] = {}
+        self._known: dict = {}
+        self.counts: dict[str, int] = {}
+
+    def _tick(self, n):
+        if self.progress is not None:
+            self.progress.update(n)
+
+    def run(self, scenarios) -> tuple[list[dict], list[dict]]:
+        """Probe rows and scenario rows for `scenarios`; per-stage seconds and probe counts accumulate
+        in `self.timings` / `self.counts`."""
+        reads, rows = [], []
+        for name, specs in stages(self.groups):
+            t0 = time.perf_counter()
+            self._known = {}  # prompt caches from this stage's generation, reused to read after the anchor
+            if specs[0].read == FIRST_TOKEN:
+                stage_reads = self._first_token_reads(scenarios, specs[0])
+            else:
+                stage_reads = self._generated_reads(scenarios, specs)
+            rows += self._score(stage_reads)
+            self._known = {}
+            reads += stage_reads
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
+            self.counts[name] = self.counts.get(name, 0) + len(stage_reads)
+        keys = [(rd.scenario.id, rd.cell, rd.spec.name, rd.frame) for rd in reads]
+        return rows, scenario_rows(scenarios, keys, rows, self.profile, self.sample, self.model_name, self.panel_name)
+
+    # -- planning ----------------------------------------------------------------------------------
+    def _first_token_reads(self, scenarios, spec: ReadoutSpec) -> list[Read]:
+        reads = []
+        (frame,) = spec.frames
+        for s in scenarios:
+            orders = option_orders(len(s.options), self.profile.orders[spec.orders], self.seed, f"{s.id}|{spec.name}")
+            for cell in s.cells:
+                for k, order in enumerate(orders):
+                    r = render(s, frame, cell, order)
+                    reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, _prompt(r)))))
+        return reads
+
+    def _generated_reads(self, scenarios, specs) -> list[Read]:
+        """Every generating spec of one group in one decoding loop (each job with its own budget); the
+        group's frames share seeded option orders (J: one order per paraphrase; dose: one for every arm)."""
+        own = [s for s in specs if s.generates]
+        group = own[0].group
+        n = {rollouts(s, self.profile) for s in own}
+        assert len(n) == 1, f"readouts of group {group} must share their rollout count"
+        n = n.pop()
+        jobs = []
+        for s in scenarios:
+            orders = option_orders(len(s.options), max(len(sp.frames) for sp in own), self.seed, f"{s.id}|{group}")
+            for cell in s.cells:
+                for sp in own:
+                    for k, frame in enumerate(sp.frames):
+                        jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k])))
+        prompts = [tuple(encode_prompt(self.tok, _prompt(job[5]))) for job in jobs]
+        generated = generate(
+            self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in jobs],
+            stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature, top_p=self.profile.top_p,
+            seeds=[derive_seed(self.seed, s.id, cell, sp.name, frame) for s, cell, sp, frame, _, _ in jobs],
+            pad_id=self.lm.pad_id, token_budget=self.token_budget, on_batch=lambda k: self._tick(k * n),
+            prefix_kv=self._known,
+        )
+        reads, texts = [], {}
+        for (s, cell, sp, frame, k, r), ids, rolls in zip(jobs, prompts, generated):
+            for j, rollout in enumerate(rolls):
+                a = anchor_read(self.tok, ids, rollout, r.anchor)
+                reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule))
+                texts[(sp.name, s.id, cell, j)] = (s, r, ids, rollout)
+        for derived in (sp for sp in specs if sp.derived_from is not None):
+            reads += self._truncated_reads(derived, texts)
+        return reads
+
+    def _truncated_reads(self, spec: ReadoutSpec, texts) -> list[Read]:
+        """The source arm's text cut mid-way (half its tokens) with the anchor forced there, so the
+        restatement has the cut-off, forced form that truncated reasoning has."""
+        reads = []
+        for (name, _, cell, j), (s, r, ids, rollout) in texts.items():
+            if name != spec.derived_from:
+                continue
+            cut = len(rollout.tokens) // 2
+            a = anchor_read(self.tok, ids, rollout, r.anchor, cut=cut)
+            if a.rule == "own":  # the anchor sits in the kept half: cut before it so the answer is forced
+                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1))
+            reads.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, cut, a.rule))
+            self._tick(1)
+        return reads
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def _score(self, reads: list[Read]) -> list[dict]:
+        rows: list[dict | None] = [None] * len(reads)
+        by_temperature = {}
+        for i, rd in enumerate(reads):
+            by_temperature.setdefault(0.0 if rd.spec.greedy else self.profile.temperature, []).append(i)
+        for temperature, idx in sorted(by_temperature.items()):
+            letters = [self.lm.letters(reads[i].rendered.letters) for i in idx]
+            results = score_ids(
+                self.lm.model, [reads[i].ids for i in idx], letters, temperature=temperature,
+                top_p=self.profile.top_p if temperature > 0 else 1.0, pad_id=self.lm.pad_id,
+                token_budget=self.token_budget, known_prefixes=self._known,
+            )
+            for i, res in zip(idx, results):
+                rows[i] = self._probe_row(reads[i], res)
+                if reads[i].anchor_rule is None:
+                    self._tick(1)
+        return rows
+
+    def _probe_row(self, rd: Read, res) -> dict:
+        r = rd.rendered
+        v = r.letters.index(r.violating_letter)
+        total = sum(res.mass)
+        row = dict(
+            probe_id=f"{rd.scenario.id}|{rd.cell}|{rd.spec.name}|{rd.frame}|o{rd.order_index}|r{rd.rollout}",
+            scenario_id=rd.scenario.id, cell=rd.cell, readout=rd.spec.name, frame=rd.frame,
+            order_index=rd.order_index, order=",".join(r.option_ids), rollout=rd.rollout,
+            letters="".join(r.letters), violating_letter=r.violating_letter, mass=list(res.mass),
+            letter_mass=res.letter_mass, tempered=list(res.tempered),
+            p_violating=res.mass[v] / total if total > 0 else math.nan, top_letter=r.letters[int(np.argmax(res.mass))],
+            prompt_tokens=res.n_tokens, generated_text=rd.text, generated_tokens=rd.generated_tokens,
+            anchor_rule=rd.anchor_rule, sampled_letter=None,
+        )
+        if self.sample and rd.anchor_rule is None:
+            rng = np.random.default_rng(derive_seed(self.seed, row["probe_id"], "sample"))
+            probs = np.array(list(res.tempered) + [max(0.0, 1.0 - sum(res.tempered))])
+            pick = rng.choice(len(probs), p=probs / probs.sum())
+            row["sampled_letter"] = r.letters[pick] if pick < len(r.letters) else None
+        return row
+

@@ -1,0 +1,98 @@
+"""`readout run`: the judgment-action study as the run driver sees it (panel kind, tables, profiles,
+the records' cost, the recipe, and the summary printed at the end).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from contract.readouts import readout_groups
+from contract.tables import PROBES, SCENARIOS
+from engine.errors import ReadoutError
+from readouts.gap.profile import PROFILES
+from readouts.gap.recipe import GapRunner, reads_per_scenario
+
+
+def parse_readouts(spec: str | None, chat: bool) -> tuple[str, ...]:
+    """`--readouts D,J,...` to a tuple of groups; the default is every group the model supports."""
+    groups = readout_groups()
+    if spec is None:
+        return groups if chat else ("raw",)
+    chosen = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
+    bad = [g for g in chosen if g not in groups]
+    if bad or not chosen:
+        raise ReadoutError(f"--readouts: '{','.join(bad) or spec}' not among {','.join(groups)}")
+    if not chat:
+        needs_chat = [g for g in chosen if g != "raw"]
+        if needs_chat:
+            raise ReadoutError(f"--readouts: {','.join(needs_chat)} need a chat template, and this model has none (use --readouts raw)")
+    return chosen
+
+
+@dataclass
+class GapStudy:
+    """The judgment-action study; `readouts` and `sample` are its own options."""
+
+    readouts: str | None = None
+    """`--readouts`: a subset of the groups (twins always ride along)."""
+    sample: bool = False
+    """Draw seeded rollouts for first-token readouts instead of exact probabilities."""
+    kind: str = "judgment-action"
+    tables: tuple[str, ...] = (PROBES.name, SCENARIOS.name)
+    panel_kind: str = "gap"
+    default_panel: str = "gap-v1"
+    default_seed: int = 0
+    groups: tuple[str, ...] = ()
+    """The groups read (set by `prepare` from `readouts` and the model)."""
+    panel_name: str = ""
+
+    @property
+    def profiles(self):
+        return PROFILES
+
+    def run_name(self, profile, seed: int) -> str:
+        return f"{profile.name}-seed{seed}{'-sample' if self.sample else ''}"
+
+    def stratum(self, record) -> str:
+        return record.family
+
+    def prepare(self, lm, panel, records, profile) -> dict:
+        self.panel_name = panel.name
+        self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
+        letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
+        return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
+
+    def work(self, record, profile) -> int:
+        return reads_per_scenario(record, profile, self.groups)
+
+    def runner(self, lm, profile, seed, options, bar):
+        return GapRunner(lm, profile, self.groups, seed, self.sample, self.panel_name,
+                         options.model.model, progress=bar, token_budget=options.model.token_budget)
+
+    def summary(self, tables) -> list[str]:
+        return summary_lines(tables[1])
+
+
+def summary_lines(df: pd.DataFrame) -> list[str]:
+    """p_D, p_J, their twins, g and the raw (unscreened) paired excess, per family."""
+    d = df[(df.readout == "D") & (df.frame == "agent")]
+    j = df[(df.readout == "J") & (df.frame == "judge")]
+    if d.empty or j.empty:
+        return ["summary: needs the D and J readouts (run with --readouts including D,J)"]
+    key = ["scenario_id", "family", "cell"]
+    m = d[key + ["p_violating"]].merge(j[key + ["p_violating"]], on=key, suffixes=("_D", "_J"))
+    m["g"] = m.p_violating_D - m.p_violating_J
+    wide = m.pivot_table(index=["scenario_id", "family"], columns="cell", values=["p_violating_D", "p_violating_J", "g"])
+    lines = ["family  n    p_D    p_J    p_D(twin) p_J(twin) g      g(twin) E(raw, unscreened)"]
+    groups = list(wide.groupby(level="family")) + [("all", wide)]
+    for fam, w in groups:
+        e = (w[("g", "primary")] - w[("g", "twin")]).mean()
+        vals = [w[(c, cell)].mean() for c, cell in [("p_violating_D", "primary"), ("p_violating_J", "primary"),
+                                                    ("p_violating_D", "twin"), ("p_violating_J", "twin"),
+                                                    ("g", "primary"), ("g", "twin")]]
+        fmt = lambda x: "  nan " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:6.3f}"  # noqa: E731
+        lines.append(f"{fam:<7} {len(w):<4} " + " ".join(fmt(v) for v in vals) + f"  {fmt(e)}")
+    return lines

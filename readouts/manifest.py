@@ -1,0 +1,54 @@
+"""Manifest facts shared by every study: the model and its template, letters or words read, versions,
+the git commit, and the default run directory.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    try:
+        own = metadata.version("logit-readout")
+    except metadata.PackageNotFoundError:
+        own = None
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "logit-readout": own}
+
+
+def model_manifest(lm, letters) -> dict:
+    """The model, its template facts, the tokens read (`letters.as_manifest()`), versions, commit, command."""
+    facts = lm.facts
+    return {
+        "model": {k: getattr(facts, k) for k in ("name", "source", "hf_id", "revision", "architecture", "dtype", "quantize", "vocab_size")},
+        "device": facts.device,
+        "template": {"chat_template_sha256": facts.chat_template_sha256, "bos_token_id": facts.bos_token_id,
+                     "tokenizer_adds_bos": facts.tokenizer_adds_bos},
+        "letters": letters.as_manifest(),
+        "versions": _versions(),
+        "git_commit": _git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+    }
+
+
+def default_out(model: str, panel: str, run_name: str) -> Path:
+    """runs/<model>/<panel>/<run name>, the model name made safe as a folder name."""
+    safe = model.replace("/", "__").strip("_.") or "model"
+    return Path("runs") / Path(safe).name / panel / run_name

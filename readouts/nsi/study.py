@@ -1,0 +1,148 @@
+"""`readout nsi`: the negation-sensitivity audit on local weights. For each dilemma and framing F0-F3:
+sampled replies to the JSON-schema prompt (plus one greedy reply), each parsed by the paper's four-stage
+parser and kept as a row whether or not it parsed; and a sample-free continuous readout, the exact
+probability of "agree" against "disagree" at the decision field.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from contract.names import FRAMINGS
+from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
+from engine.errors import ReadoutError
+from engine.generation import generate, stop_token_ids
+from engine.letters import word_start_tokens
+from engine.sampling import derive_seed
+from engine.scoring import Prompt, encode_prompt, score_ids
+from panels.frames import render_polarity
+from readouts.nsi.parse import endorsement, parse_reply
+from readouts.profiles import Profile
+
+DECISION_PREFIX = '{"decision": "'
+
+
+@dataclass(frozen=True, kw_only=True)
+class NsiProfile(Profile):
+    """Sampling settings of an NSI run (negation paper, Appendix C.3)."""
+
+    samples: int
+    """Sampled replies per dilemma x framing at `temperature` (plus one greedy reply)."""
+    budget: int
+    """New-token budget per reply."""
+    temperature: float = 0.7
+    top_p: float = 0.95
+
+    def check(self) -> None:
+        super().check()
+        if self.samples < 0:
+            raise ReadoutError(f"--samples: must be >= 0, got {self.samples}")
+
+
+PROFILES = {
+    "paper": NsiProfile(name="paper", chunk_size=2, samples=30, budget=4096),
+    # Sized for two CPU cores: enough budget for a short JSON object (~80-100 tokens), few samples. One
+    # chunk of 2 dilemmas x 4 framings x (1 + 4) rollouts decodes as a single batch of 40 rows.
+    "quick": NsiProfile(name="quick", chunk_size=2, samples=4, budget=96),
+}
+
+
+class NsiRunner:
+    """Replies and continuous reads for a chunk of dilemmas."""
+
+    def __init__(self, lm, profile: NsiProfile, seed: int, model_name: str, words, bar=None):
+        self.lm, self.profile, self.seed, self.model_name, self.bar = lm, profile, seed, model_name, bar
+        self.tok = lm.tokenizer
+        self.stop = stop_token_ids(self.tok, lm.model)
+        self.words = words
+        self.prefix_ids = tuple(self.tok.encode(DECISION_PREFIX, add_special_tokens=False))
+        self.timings: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def run(self, dilemmas) -> tuple[list[dict], list[dict]]:
+        t0 = time.perf_counter()
+        cells = [(d, f, render_polarity(d, f)) for d in dilemmas for f in FRAMINGS]
+        prompts = [tuple(encode_prompt(self.tok, Prompt(messages=p.messages))) for _, _, p in cells]
+        n = 1 + self.profile.samples
+        rollouts = generate(
+            self.lm.model, prompts, max_new_tokens=self.profile.budget, stop_ids=self.stop, n=n, greedy_first=True,
+            temperature=self.profile.temperature, top_p=self.profile.top_p, pad_id=self.lm.pad_id,
+            seeds=[derive_seed(self.seed, d.id, f) for d, f, _ in cells],
+            on_batch=(lambda k: self.bar.update(k * n)) if self.bar is not None else None,
+        )
+        replies = []
+        for (d, f, p), rs in zip(cells, rollouts):
+            for j, r in enumerate(rs):
+                text = self.tok.decode(r.tokens, skip_special_tokens=True)
+                parsed = parse_reply(text)
+                replies.append(dict(
+                    model=self.model_name, dilemma_id=d.id, domain=d.domain, framing=f, negated=p.negated,
+                    temperature=0.0 if r.greedy else self.profile.temperature, sample=j, text=text,
+                    generated_tokens=len(r.tokens), truncated=not r.stopped, **parsed.as_row(),
+                    endorse=endorsement(parsed.decision, p.negated) if parsed.ok else None,
+                ))
+        self._count("replies", len(replies), t0)
+        t0 = time.perf_counter()
+        reads = [ids + self.prefix_ids for ids in prompts]
+        masses = score_ids(self.lm.model, reads, [self.words] * len(reads), pad_id=self.lm.pad_id)
+        continuous = []
+        for (d, f, p), res in zip(cells, masses):
+            agree, disagree = res.mass
+            p_agree = agree / (agree + disagree) if agree + disagree > 0 else float("nan")
+            continuous.append(dict(model=self.model_name, dilemma_id=d.id, domain=d.domain, framing=f, negated=p.negated,
+                                   mass_agree=agree, mass_disagree=disagree, p_agree=p_agree,
+                                   p_endorse=1 - p_agree if p.negated else p_agree, prompt_tokens=res.n_tokens))
+        self._count("continuous", len(continuous), t0)
+        return replies, continuous
+
+    def _count(self, stage: str, n: int, t0: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
+        self.counts[stage] = self.counts.get(stage, 0) + n
+
+
+@dataclass
+class NsiStudy:
+    """The framing-stability audit as the run driver sees it."""
+
+    kind: str = "nsi"
+    tables: tuple[str, ...] = (NSI_REPLIES.name, NSI_CONTINUOUS.name)
+    panel_kind: str = "nsi"
+    default_panel: str = "nsi-14"
+    default_seed: int = 42
+    words: object = None
+    """The word-start tokens of "agree" and "disagree" (set by `prepare`)."""
+
+    @property
+    def profiles(self):
+        return PROFILES
+
+    def run_name(self, profile, seed: int) -> str:
+        return f"nsi-{profile.name}-seed{seed}"
+
+    def stratum(self, record) -> str:
+        return record.domain
+
+    def prepare(self, lm, panel, records, profile) -> dict:
+        if lm.facts.chat_template_sha256 is None:
+            raise ReadoutError(f"--model: {lm.facts.name} has no chat template; the JSON-schema prompt is a chat prompt")
+        self.words = word_start_tokens(lm.tokenizer, ("agree", "disagree"))
+        return {"letters": self.words, "readouts": ["replies", "continuous"], "decision_prefix": DECISION_PREFIX,
+                "sample": True}
+
+    def work(self, record, profile) -> int:
+        return len(FRAMINGS) * (1 + profile.samples)
+
+    def runner(self, lm, profile, seed, options, bar):
+        return NsiRunner(lm, profile, seed, options.model.model, self.words, bar=bar)
+
+    def summary(self, tables) -> list[str]:
+        replies, continuous = tables
+        lines = [f"{len(replies)} replies, {replies.parse_ok.mean():.0%} schema-valid; {len(continuous)} continuous reads"]
+        rates = continuous.groupby("framing").p_endorse.mean()
+        lines.append("mean continuous endorsement by framing: " + ", ".join(f"{f} {v:.3f}" for f, v in rates.items()))
+        valid = replies[replies.parse_ok]
+        if len(valid):
+            lines.append("sampled endorsement rate by framing: " + ", ".join(
+                f"{f} {v:.3f}" for f, v in valid.groupby("framing").endorse.mean().items()))
+        return lines

@@ -1,0 +1,98 @@
+"""Scale-out for every study: sharded jobs plus `readout merge`, and 2-process launches with torchrun and
+accelerate (gloo on CPU), give the same tables as one process. The launches run the installed console
+script by path, so a user's own `stats.py` or `engine/` in the working directory cannot shadow ours."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engine.errors import ReadoutError
+from readouts.cli import main
+from readouts.driver import ModelOptions, RunOptions, merge_run, run
+from readouts.gap.study import GapStudy
+from readouts.nsi.study import NsiStudy
+
+# Each study on a small workload: (study, CLI command, run options, CLI arguments giving the same run).
+STUDIES = {
+    "gap": (lambda: GapStudy(readouts="D,J0,raw"), "run", dict(model=ModelOptions("tiny-qwen2")),
+            ["--model", "tiny-qwen2", "--readouts", "D,J0,raw"]),
+    "nsi": (NsiStudy, "nsi", dict(model=ModelOptions("tiny-qwen2"), limit=4, overrides=("samples=1", "budget=8")),
+            ["--model", "tiny-qwen2", "--limit", "4", "--set", "samples=1", "--set", "budget=8"]),
+}
+
+
+def tables(path):
+    names = ("scenarios", "probes") if (Path(path) / "scenarios.parquet").exists() else ("nsi_replies", "nsi_continuous")
+    return [pd.read_parquet(Path(path) / f"{t}.parquet") for t in names]
+
+
+def run_study(name, out, **kw):
+    make, _, options, _ = STUDIES[name]
+    logs = []
+    run(make(), RunOptions(out=str(out), progress=False, **{**options, **kw}), log=logs.append)
+    return logs
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = {}
+    for name in STUDIES:
+        out[name] = tmp_path_factory.mktemp(f"single-{name}") / "run"
+        run_study(name, out[name])
+    return out
+
+
+@pytest.mark.parametrize("study", sorted(STUDIES))
+def test_shards_then_merge_equal_single_run(single, tmp_path, study):
+    out = tmp_path / "sharded"
+    logs = run_study(study, out, shard=(0, 2))
+    assert any("readout merge" in line for line in logs)
+    with pytest.raises(ReadoutError, match="not finished yet"):
+        merge_run(out, log=lambda _: None)
+    run_study(study, out, shard=(1, 2))
+    with pytest.raises(SystemExit) as exc:
+        main(["merge", str(out)])
+    assert exc.value.code == 0
+    for a, b in zip(tables(single[study]), tables(out)):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_bad_shard(tmp_path):
+    with pytest.raises(ReadoutError, match="--shard"):
+        run_study("gap", tmp_path / "x", shard=(2, 2))
+    with pytest.raises(ReadoutError, match="--force"):
+        run_study("gap", tmp_path / "x", shard=(0, 2), force=True)
+
+
+def test_merge_refuses_a_folder_that_is_not_a_run(tmp_path):
+    with pytest.raises(ReadoutError, match="manifest: missing"):
+        merge_run(tmp_path, log=lambda _: None)
+
+
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--nproc_per_node", "2", "--master_port", "29517"],
+    # --multi_gpu picks torch's elastic launcher; on a CPU-only machine the ranks form a gloo group.
+    "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518"],
+}
+
+
+@pytest.mark.parametrize("launcher, study", [("torchrun", "gap"), ("accelerate", "gap"), ("torchrun", "nsi")])
+def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
+    out = tmp_path / "ddp"
+    head = LAUNCHERS[launcher]
+    bin_dir = Path(sys.executable).parent
+    # A shadowing package in the working directory: `-m readouts` would import it; the script path does not.
+    (tmp_path / "stats.py").write_text("raise ImportError('the working directory shadowed the stats package')\n")
+    cmd = [str(bin_dir / head[0]), *head[1:], str(bin_dir / "readout"), STUDIES[study][1], *STUDIES[study][3],
+           "--out", str(out), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[0/2] chunk 1/2: computed" in proc.stderr and "[1/2] chunk 2/2: computed" in proc.stderr
+    for a, b in zip(tables(single[study]), tables(out)):
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-7)
