@@ -30,7 +30,9 @@ import torch  # noqa: E402
 
 from engine.generation import generate, stop_token_ids  # noqa: E402
 from engine.loading import load_model  # noqa: E402
-from engine.scoring import Prompt, ScoreStats, encode_prompt, plan_prefix_groups, score_ids  # noqa: E402
+from engine.planner import plan_prefix_groups  # noqa: E402
+from engine.render import encode_prompt, Prompt  # noqa: E402
+from engine.scoring import score_ids, ScoreStats  # noqa: E402
 from panels.frames import render  # noqa: E402
 from panels.orders import option_orders  # noqa: E402
 from panels.schema import load_panel  # noqa: E402

@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from engine.loading import load_model  # noqa: E402
-from engine.scoring import Prompt, ScoreStats, encode_prompt, score_ids  # noqa: E402
+from engine.render import encode_prompt, Prompt  # noqa: E402
+from engine.scoring import score_ids, ScoreStats  # noqa: E402
 
 PANEL = ROOT / "panels" / "data" / "gap-v1.jsonl"
 

@@ -6,9 +6,13 @@ frame is the wording a scenario is posed in; a framing is one of the negation au
 
 from __future__ import annotations
 
-CELLS = ("primary", "twin", "harm_twin")
+CELLS = ("primary", "twin", "harm_twin", "paraphrase", "paraphrase_twin")
 """primary: as written; twin: the pressure sentence replaced by the filler; harm_twin (F5): replaced by a
-sentence that removes the incentive and restates the harm."""
+sentence that removes the incentive and restates the harm; paraphrase / paraphrase_twin (F4): the second
+writer's rewording of the scenario, with its pressure and with its filler. Paraphrase cells are read for
+the paraphrase-swap table only: they never count as primaries or enter the gate."""
+PARAPHRASE_CELLS = {"paraphrase": "primary", "paraphrase_twin": "twin"}
+"""Cells rendered from a scenario's paraphrase -> the cell of the paraphrase they mirror."""
 
 JUDGE_FRAMES = ("judge_1", "judge_2", "judge_3", "judge_4")
 """The four third-person paraphrases of the judgment readout J."""

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import torch
 
+from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, pad_rows
 from engine.sampling import derive_seed, tempered_distribution
-from engine.scoring import halving_on_oom, kv_bytes_per_token
 
 ANCHOR_RULES = ("own", "forced_after_completion", "forced_at_budget")
 
@@ -49,16 +49,6 @@ def stop_token_ids(tokenizer, model=None) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _left_pad(rows, pad_id, device):
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = 1
-    return ids.to(device), mask.to(device)
-
-
 def generate(
     model,
     prompts: Sequence[Sequence[int]],
@@ -90,13 +80,11 @@ def generate(
     if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
         raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
     device = model.get_input_embeddings().weight.device
-    if token_budget is None:
-        token_budget = 32768 if device.type == "cuda" else 4096
-    if max_rows is None:
-        max_rows = 512 if device.type == "cuda" else 64
-    kv_limit = None  # on CUDA, the cache of a batch (rows x (prompt + new tokens)) fits in half the free memory
-    if device.type == "cuda":
-        kv_limit = int(0.5 * torch.cuda.mem_get_info(device)[0]) // kv_bytes_per_token(model)
+    default_budget, default_rows = default_bounds("generate", device)
+    token_budget = token_budget or default_budget
+    max_rows = max_rows or default_rows
+    kv_limit = generation_cache_limit(model, device)
+    settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv)
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list[list[Rollout] | None] = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -111,9 +99,7 @@ def generate(
                 batch.append(idx)
                 continue
         decode = lambda b: _generate_batch(  # noqa: E731
-            model, [prompts[i] for i in b], [seeds[i] for i in b], [budgets[i] for i in b], stop_ids, n,
-            greedy_first, temperature, top_p, pad_id, device, prefix_kv,
-        )
+            model, [prompts[i] for i in b], [seeds[i] for i in b], [budgets[i] for i in b], settings)
         for i, rollouts in zip(batch, halving_on_oom(decode, batch, lambda a, b: a + b)):
             out[i] = rollouts
         if on_batch is not None:
@@ -122,11 +108,27 @@ def generate(
     return out
 
 
-def _generate_batch(model, prompts, seeds, budgets, stop_ids, n, greedy_first, temperature, top_p, pad_id, device,
-                    prefix_kv=None):
+@dataclass(frozen=True)
+class _Decode:
+    """What every batch of one `generate` call decodes with (see `generate` for each field)."""
+
+    stop_ids: frozenset[int]
+    n: int
+    greedy_first: bool
+    temperature: float
+    top_p: float
+    pad_id: int
+    device: torch.device
+    prefix_kv: dict | None
+
+
+def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
     from transformers import DynamicCache
 
-    ids, mask = _left_pad(prompts, pad_id, device)
+    stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv = (
+        settings.stop_ids, settings.n, settings.greedy_first, settings.temperature, settings.top_p, settings.pad_id,
+        settings.device, settings.prefix_kv)
+    ids, mask = pad_rows(prompts, pad_id, device, left=True)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():

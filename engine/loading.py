@@ -53,6 +53,12 @@ class ModelFacts:
     """Whether encoding plain text prepends BOS (the raw frame's rule; also applied to chat frames whose template omits it)."""
     eos_token_id: int | None
     """The tokenizer's EOS id."""
+    lineage: str | None = None
+    """Registry data: the post-training lineage (None for models the registry does not list)."""
+    stage: str | None = None
+    """Registry data: base, sft, dpo, final or rl-<step>."""
+    base_lineage: str | None = None
+    """Registry data: the lineage whose base weights this one starts from, when another one."""
 
 
 @dataclass
@@ -219,5 +225,8 @@ def load_model(
         bos_token_id=tokenizer.bos_token_id,
         tokenizer_adds_bos=tokenizer_adds_bos(tokenizer),
         eos_token_id=tokenizer.eos_token_id,
+        lineage=spec.lineage,
+        stage=spec.stage,
+        base_lineage=spec.base_lineage,
     )
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)

@@ -16,6 +16,8 @@ from pathlib import Path
 from engine.errors import UnknownModelError
 
 SOURCES = ("hub", "tiny", "embedded", "local")
+STAGES = ("base", "sft", "dpo", "final")
+"""Post-training stages in order (an `rl-<step>` stage sorts between dpo and final by its step)."""
 HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
@@ -39,6 +41,12 @@ class ModelSpec:
     """Local folder (local models)."""
     notes: str | None = None
     """Free text shown by `readout models`."""
+    lineage: str | None = None
+    """The post-training lineage this checkpoint belongs to (e.g. olmo-3-7b); None for unlisted models."""
+    stage: str | None = None
+    """Where in its lineage: base, sft, dpo, final, or rl-<step>."""
+    base_lineage: str | None = None
+    """The lineage whose base weights it was post-trained from, when that is another one (Tulu 3: llama-3.1-8b)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,6 +57,11 @@ def registry() -> dict[str, ModelSpec]:
     for alias, fields in raw.items():
         if fields.get("source") not in SOURCES:
             raise ValueError(f"engine/data/models.toml: [{alias}] source: must be one of {SOURCES}")
+        stage = fields.get("stage")
+        if stage is not None and stage not in STAGES and not re.fullmatch(r"rl-\d+", stage):
+            raise ValueError(f"engine/data/models.toml: [{alias}] stage: must be one of {STAGES} or rl-<step>")
+        if (stage is None) != (fields.get("lineage") is None):
+            raise ValueError(f"engine/data/models.toml: [{alias}] lineage: lineage and stage go together")
         specs[alias] = ModelSpec(name=alias, **fields)
     return specs
 

@@ -4,6 +4,8 @@ once, and the raw frame with the tokenizer's normal BOS rule. Exactly one BOS, n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.errors import RenderError
 
 
@@ -59,3 +61,26 @@ def encode_chat(tokenizer, messages: list[dict], system: str | None = None) -> l
     if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
         raise RenderError("chat prompt renders with two BOS tokens; the template and tokenizer disagree")
     return ids
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt, before tokenization: chat messages or raw text."""
+
+    messages: tuple[dict, ...] | None = None
+    """Chat messages (role/content) for the chat frame."""
+    text: str | None = None
+    """Plain text for the raw frame (no template)."""
+    system: str | None = None
+    """System prompt replacing the template's default one (chat frame only); None keeps the default."""
+
+
+def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
+    """Token ids of a prompt in its frame."""
+    if (prompt.messages is None) == (prompt.text is None):
+        raise RenderError("a prompt has either messages (chat frame) or text (raw frame), exactly one")
+    if prompt.text is not None:
+        if prompt.system is not None:
+            raise RenderError("a system prompt applies to the chat frame only, not to raw text")
+        return encode_raw(tokenizer, prompt.text)
+    return encode_chat(tokenizer, list(prompt.messages), system=prompt.system)

@@ -15,10 +15,12 @@ from typing import Sequence
 
 import torch
 
-from engine.errors import ProbeInputError, RenderError
+from engine.batching import cache_token_limit, default_bounds, halving_on_oom, pad_rows, token_batches
+from engine.errors import ProbeInputError
 from engine.letters import LetterTokens
+from engine.planner import PrefixGroup, by_known_prefix, chain, node_start, plan_prefix_groups, representatives, waves
+from engine.render import Prompt, encode_prompt
 from engine.sampling import tempered_distribution
-from engine.render import encode_chat, encode_raw
 
 # Architectures whose logits are exactly `lm_head(final hidden state)`: for these the head is applied to
 # the gathered read positions only. Anything else goes through the model's own forward (logits_to_keep).
@@ -52,18 +54,6 @@ class LetterMass:
         }
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt, before tokenization: chat messages or raw text."""
-
-    messages: tuple[dict, ...] | None = None
-    """Chat messages (role/content) for the chat frame."""
-    text: str | None = None
-    """Plain text for the raw frame (no template)."""
-    system: str | None = None
-    """System prompt replacing the template's default one (chat frame only); None keeps the default."""
-
-
 @dataclass
 class ScoreStats:
     """Work counters filled in by one scoring call (for benchmarks and progress reports)."""
@@ -88,32 +78,6 @@ class ScoreStats:
     """Batches halved and retried after running out of accelerator memory."""
 
 
-@dataclass(frozen=True)
-class PrefixGroup:
-    """A node of the prefix tree: prompts that share their first `prefix_len` tokens, run once and cached.
-
-    `parent` (the index of an earlier node in the same plan, or None) is the node whose cache this one
-    extends: the node itself computes only the tokens from the parent's `prefix_len` to its own. `members`
-    are the prompts read on top of this node's cache; each still runs at least one token of its own, whose
-    position is read. A node with `prefix_len` 0 caches nothing (its members run whole).
-    """
-
-    prefix_len: int
-    members: tuple[int, ...]
-    parent: int | None = None
-
-
-def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
-    """Token ids of a prompt in its frame."""
-    if (prompt.messages is None) == (prompt.text is None):
-        raise RenderError("a prompt has either messages (chat frame) or text (raw frame), exactly one")
-    if prompt.text is not None:
-        if prompt.system is not None:
-            raise RenderError("a system prompt applies to the chat frame only, not to raw text")
-        return encode_raw(tokenizer, prompt.text)
-    return encode_chat(tokenizer, list(prompt.messages), system=prompt.system)
-
-
 def letter_masses(
     logits: torch.Tensor, letters: Sequence[LetterTokens], lengths: Sequence[int], temperature: float, top_p: float
 ) -> list[LetterMass]:
@@ -129,111 +93,6 @@ def letter_masses(
         option = [m / total for m in mass] if total > 0 else [float("nan")] * len(mass)
         out.append(LetterMass(lt.letters, tuple(mass), total, tuple(option), tuple(temp), int(n)))
     return out
-
-
-NODE_OVERHEAD = 4
-"""Token-equivalents a prefix-tree node costs beyond its own tokens (an extra row in a forward pass, and
-assembling its cache from its ancestors'): a node is made only where it saves more than that."""
-
-
-def plan_prefix_groups(
-    seqs: Sequence[Sequence[int]], min_prefix: int = 16, node_overhead: int = NODE_OVERHEAD, cached: int = 0,
-    nest: bool = True,
-) -> list[PrefixGroup]:
-    """A prefix tree over the prompts that minimizes the tokens computed.
-
-    Prompts are sorted lexicographically, so the common prefix of any run of neighbours is the minimum of
-    their neighbour LCPs, and cutting a run where that minimum is reached gives the runs that share more.
-    A run given a cached prefix of length p is computed the cheapest of three ways: every member runs its
-    tokens after p (flat); the sub-runs are planned separately on p (split); or a node caches the run's
-    common prefix q once (q - p tokens plus `node_overhead`) and the sub-runs are planned on q (nest).
-    A top-level node needs at least `min_prefix` tokens. Nodes come parents first; a prompt sharing nothing
-    worth caching is a node of its own with prefix 0. Identical prompts share a node that leaves each one
-    token (callers that can, such as `score_ids`, drop duplicates first).
-
-    `cached` > 0 says all prompts start with a prefix of that many tokens whose cache the caller already
-    has: the plan's first node is that prefix (with the prompts that share nothing more as members) and
-    every other top-level node hangs below it. `nest=False` plans one level of groups (no node extends
-    another; for comparison).
-    """
-    n = len(seqs)
-    if n == 0:
-        return []
-    order = sorted(range(n), key=lambda i: list(seqs[i]))
-    lens = [len(seqs[i]) for i in order]
-    lcp = []
-    for k in range(n - 1):
-        a, b = seqs[order[k]], seqs[order[k + 1]]
-        m = 0
-        limit = min(len(a), len(b))
-        while m < limit and a[m] == b[m]:
-            m += 1
-        lcp.append(m)
-    memo: dict = {}
-
-    def best(lo, hi, p, depth):
-        """(tokens, items) for the run [lo, hi) on a cached prefix of p tokens; item: ("leaf", k) | ("node", q, items)."""
-        key = (lo, hi, p)
-        if key in memo:
-            return memo[key]
-        options = [(sum(lens[lo:hi]) - p * (hi - lo), [("leaf", k) for k in range(lo, hi)])]
-        if hi - lo > 1 and depth <= 200:  # pathological nesting: stop refining
-            m = min(lcp[lo : hi - 1])
-            q = min(m, min(lens[lo:hi]) - 1)
-            cuts = [k + 1 for k in range(lo, hi - 1) if lcp[k] == m]
-            parts = list(zip([lo] + cuts, cuts + [hi]))
-            if len(parts) < hi - lo:
-                planned = [best(a, b, p, depth + 1) for a, b in parts]
-                options.append((sum(c for c, _ in planned), [it for _, items in planned for it in items]))
-            if q > p and (q >= min_prefix if p == cached else nest):
-                planned = [best(a, b, q, depth + 1) for a, b in parts]
-                cost = q - p + node_overhead + sum(c for c, _ in planned)
-                options.append((cost, [("node", q, [it for _, items in planned for it in items])]))
-        memo[key] = min(options, key=lambda o: o[0])
-        return memo[key]
-
-    plan: list[PrefixGroup] = []
-
-    def emit(q, items, parent):
-        index = len(plan)
-        plan.append(PrefixGroup(q, tuple(order[it[1]] for it in items if it[0] == "leaf"), parent))
-        for it in items:
-            if it[0] == "node":
-                emit(it[1], it[2], index)
-
-    top = best(0, n, cached, 0)[1]
-    if cached:
-        emit(cached, top, None)
-        return plan
-    for it in top:
-        if it[0] == "leaf":
-            plan.append(PrefixGroup(0, (order[it[1]],)))
-        else:
-            emit(it[1], it[2], None)
-    return plan
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for an accelerator out-of-memory error (CUDA's own type, or a backend's message)."""
-    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
-
-
-def halving_on_oom(fn, batch: list, join, stats: ScoreStats | None = None):
-    """Run `fn(batch)`; when it runs out of memory, free cached memory and run each half instead.
-
-    `join` combines the halves' results. A single item that still does not fit re-raises the error.
-    """
-    try:
-        return fn(batch)
-    except RuntimeError as exc:
-        if not is_out_of_memory(exc) or len(batch) < 2:
-            raise
-    if stats is not None:
-        stats.oom_splits += 1
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    mid = len(batch) // 2
-    return join(halving_on_oom(fn, batch[:mid], join, stats), halving_on_oom(fn, batch[mid:], join, stats))
 
 
 def _plain_head(model) -> bool:
@@ -266,56 +125,6 @@ def plain_next_token_logits(model, ids: Sequence[int]) -> torch.Tensor:
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
     return out.logits[0, -1].float()
-
-
-def _batches(items, cost, budget, context_budget, max_batch):
-    """Greedy batches over sorted items: padded tokens <= budget, attended context <= context_budget."""
-    batch, longest, widest = [], 0, 0
-    for item in items:
-        q, ctx = cost(item)
-        new_longest, new_widest = max(longest, q), max(widest, ctx)
-        size = len(batch) + 1
-        if batch and (size * new_longest > budget or size * new_widest > context_budget or size > max_batch):
-            yield batch
-            batch, new_longest, new_widest = [], q, ctx
-        batch.append(item)
-        longest, widest = new_longest, new_widest
-    if batch:
-        yield batch
-
-
-def _pad(rows, pad_id, device):
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids.to(device), mask.to(device)
-
-
-def _default_budget(device: torch.device) -> tuple[int, int]:
-    return (32768, 256) if device.type == "cuda" else (2048, 64)
-
-
-def kv_bytes_per_token(model) -> int:
-    """Bytes of keys and values one token occupies in the model's cache (all layers)."""
-    cfg = model.config
-    heads = getattr(cfg, "num_attention_heads", 1)
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    itemsize = next(model.parameters()).element_size()
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
-
-
-def _cache_token_limit(model, device: torch.device, budget: int) -> int:
-    """Tokens of keys/values held at once (cached prefix-tree nodes of a wave, or one batch's assembled
-    prefixes): 4x the token budget, and on CUDA at most a quarter of the free memory."""
-    limit = 4 * budget
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        limit = min(limit, max(budget, int(0.25 * free) // kv_bytes_per_token(model)))
-    return limit
 
 
 def score_ids(
@@ -370,7 +179,7 @@ def score_ids(
         return results
 
     device = model.get_input_embeddings().weight.device
-    default_budget, default_batch = _default_budget(device)
+    default_budget, default_batch = default_bounds("score", device)
     budget = token_budget or default_budget
     max_batch = max_batch or default_batch
     # Identical prompts run once (their logits are the same); each is still read with its own letters.
@@ -390,7 +199,7 @@ def score_ids(
     if not prefix_reuse:
         plan = [PrefixGroup(0, (i,)) for i in range(len(uniq))]
     else:  # one tree per known prefix the prompts start with (rooted on its cache), one for the rest
-        for key, indices in _by_known_prefix(uniq, known_prefixes).items():
+        for key, indices in by_known_prefix(uniq, known_prefixes).items():
             offset = len(plan)
             for g in plan_prefix_groups([uniq[i] for i in indices], min_prefix=min_prefix, cached=len(key)):
                 parent = None if g.parent is None else g.parent + offset
@@ -401,21 +210,22 @@ def score_ids(
     stats.group_sizes += [len(g.members) for g in plan if g.prefix_len and g.members]
 
     with torch.inference_mode():
-        held = _cache_token_limit(model, device, budget)
-        waves, done_after = _waves(plan, held)
-        rep = _representatives(plan)
-        kv: dict[int, list] = {}
-        for w, wave in enumerate(waves):
-            _node_kv(model, uniq, plan, rep, wave, kv, given, budget, held, max_batch, pad_id, device, stats)
+        held = cache_token_limit(model, device, budget)
+        node_waves, done_after = waves(plan, held)
+        tree = _Tree(model, plan, {}, pad_id, device, stats)
+        kv = tree.kv
+        rep = representatives(plan)
+        for w, wave in enumerate(node_waves):
+            _node_kv(tree, uniq, rep, wave, given, _Bounds(budget, held, max_batch))
             cached = sum(layers[0][0].shape[2] for layers in kv.values())
             stats.peak_cached_tokens = max(stats.peak_cached_tokens, cached)
             items = [(u, node, plan[node].prefix_len) for node in wave for u in plan[node].members]
             items.sort(key=lambda it: (len(uniq[it[0]]) - it[2], it[2]))
             cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
-            for batch in _batches(items, cost, budget, held, max_batch):
+            for batch in token_batches(items, cost, budget, held, max_batch):
                 rows = [(uniq[u][plen:], node) for u, node, plen in batch]
-                logits = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=True),
-                                        rows, lambda a, b: torch.cat([a, b]), stats)
+                logits = halving_on_oom(lambda b: _forward_on_nodes(tree, b, read=True), rows,
+                                        lambda a, b: torch.cat([a, b]), stats)
                 picks = [(row, i) for row, (u, _, _) in enumerate(batch) for i in copies[u]]
                 masses = letter_masses(logits[[row for row, _ in picks]], [letters[i] for _, i in picks],
                                        [len(seqs[i]) for _, i in picks], temperature, top_p)
@@ -428,86 +238,39 @@ def score_ids(
     return results
 
 
-def _by_known_prefix(seqs, known_prefixes) -> dict[tuple, list[int]]:
-    """Prompts grouped by the longest known prefix they start with (and leave a token after); () = none."""
-    lengths = sorted({len(k) for k in known_prefixes or ()}, reverse=True)
-    out: dict[tuple, list[int]] = {}
-    for i, s in enumerate(seqs):
-        hit = next((L for L in lengths if L < len(s) and tuple(s[:L]) in known_prefixes), 0)
-        out.setdefault(tuple(s[:hit]), []).append(i)
-    return out
+@dataclass
+class _Tree:
+    """A prefix-tree plan being executed on one model: the plan, the node caches computed so far, and
+    what every forward pass needs."""
+
+    model: object
+    plan: list[PrefixGroup]
+    kv: dict
+    """{node: [(keys, values) per layer]}: each node's own tokens only (from its parent's prefix on)."""
+    pad_id: int
+    device: torch.device
+    stats: ScoreStats
 
 
-def _representatives(plan: list[PrefixGroup]) -> list[int | None]:
-    """Per node, one prompt of its subtree (its tokens up to the node's prefix are the node's tokens)."""
-    rep: list[int | None] = [None] * len(plan)
-    for k in range(len(plan) - 1, -1, -1):  # children come after their parents
-        g = plan[k]
-        if rep[k] is None and g.members:
-            rep[k] = g.members[0]
-        if g.parent is not None and rep[g.parent] is None:
-            rep[g.parent] = rep[k]
-    return rep
+@dataclass(frozen=True)
+class _Bounds:
+    """Batch bounds of one scoring call."""
+
+    budget: int
+    """Padded tokens per forward pass."""
+    held: int
+    """Tokens of keys/values attended at once (context budget)."""
+    max_batch: int
+    """Rows per forward pass."""
 
 
-def _start(plan: list[PrefixGroup], node: int) -> int:
-    """Where a node's own tokens begin: its parent's prefix length."""
-    parent = plan[node].parent
-    return plan[parent].prefix_len if parent is not None else 0
+def _node_kv(tree: _Tree, seqs, rep, wave, given, bounds: _Bounds):
+    """Compute a wave's cached nodes into `tree.kv`, level by level, each on top of its parent's cache.
 
-
-def _waves(plan: list[PrefixGroup], limit: int) -> tuple[list[list[int]], dict[int, int]]:
-    """Nodes in depth-first order (parents first), cut into consecutive waves of about `limit` own tokens.
-
-    Also returns, per node, the index of the wave that finishes its subtree: its cache is needed until
-    then (by its own members and its descendants) and dropped after. Subtrees are contiguous in this
-    order, so at any time the caches held are one wave's nodes plus the ancestors of the next ones.
+    `tree.kv` already holds the ancestors from earlier waves; known prefixes (`given`) are taken as they
+    are. `rep[k]` is a prompt whose first tokens are node k's.
     """
-    children: dict[int, list[int]] = {}
-    for k, g in enumerate(plan):
-        if g.parent is not None:
-            children.setdefault(g.parent, []).append(k)
-    order: list[int] = []
-    last: dict[int, int] = {}  # node -> position in `order` of the last node of its subtree
-
-    def visit(k):
-        order.append(k)
-        for c in children.get(k, ()):
-            visit(c)
-        last[k] = len(order) - 1
-
-    for k in sorted((k for k, g in enumerate(plan) if g.parent is None), key=lambda k: plan[k].prefix_len):
-        visit(k)
-    waves: list[list[int]] = [[]]
-    wave_of: list[int] = []
-    tokens = 0
-    for k in order:
-        own = plan[k].prefix_len - _start(plan, k)
-        if waves[-1] and tokens + own > limit:
-            waves.append([])
-            tokens = 0
-        waves[-1].append(k)
-        wave_of.append(len(waves) - 1)
-        tokens += own
-    return waves, {k: wave_of[last[k]] for k in order}
-
-
-def _chain(plan: list[PrefixGroup], node: int | None) -> list[tuple[int, int]]:
-    """(node, start) of each cached node whose own keys/values make up `node`'s cache, root first."""
-    out = []
-    while node is not None and plan[node].prefix_len:
-        out.append((node, _start(plan, node)))
-        node = plan[node].parent
-    return out[::-1]
-
-
-def _node_kv(model, seqs, plan, rep, wave, kv, given, budget, held, max_batch, pad_id, device, stats):
-    """Compute a wave's cached nodes into `kv`, level by level, each on top of its parent's cache.
-
-    `kv` ({node: [(keys, values) per layer]}) holds each node's own tokens only (from its parent's prefix
-    length on), and already holds the ancestors from earlier waves; known prefixes (`given`) are taken as
-    they are. `rep[k]` is a prompt whose first tokens are node k's.
-    """
+    plan, kv = tree.plan, tree.kv
     kv.update({k: given[k] for k in wave if k in given})
     depth: dict[int, int] = {}
 
@@ -517,19 +280,18 @@ def _node_kv(model, seqs, plan, rep, wave, kv, given, budget, held, max_batch, p
         return depth[k]
 
     def cost(k):  # (own tokens run, context attended)
-        return plan[k].prefix_len - _start(plan, k), plan[k].prefix_len
+        return plan[k].prefix_len - node_start(plan, k), plan[k].prefix_len
 
     todo = [k for k in wave if plan[k].prefix_len and k not in kv]
     for level in sorted({depth_of(k) for k in todo}):
         nodes = sorted((k for k in todo if depth[k] == level), key=cost)
-        for batch in _batches(nodes, cost, budget, held, max_batch):
-            rows = [(seqs[rep[k]][_start(plan, k) : plan[k].prefix_len], plan[k].parent) for k in batch]
-            out = halving_on_oom(lambda b: _forward_on_nodes(model, b, plan, kv, pad_id, device, stats, read=False),
-                                 rows, lambda a, b: a + b, stats)
+        for batch in token_batches(nodes, cost, bounds.budget, bounds.held, bounds.max_batch):
+            rows = [(seqs[rep[k]][node_start(plan, k) : plan[k].prefix_len], plan[k].parent) for k in batch]
+            out = halving_on_oom(lambda b: _forward_on_nodes(tree, b, read=False), rows, lambda a, b: a + b, tree.stats)
             kv.update(zip(batch, out))
 
 
-def _forward_on_nodes(model, rows, plan, kv, pad_id, device, stats, read):
+def _forward_on_nodes(tree: _Tree, rows, read: bool):
     """One forward pass of token rows, each on top of its node's cache (node None or prefix 0: no cache).
 
     Rows are right-padded: real positions never attend to the padding (causal), so their keys/values are
@@ -538,7 +300,8 @@ def _forward_on_nodes(model, rows, plan, kv, pad_id, device, stats, read):
     """
     from transformers import DynamicCache
 
-    ids, new_mask = _pad([tokens for tokens, _ in rows], pad_id, device)
+    model, plan, kv, device, stats = tree.model, tree.plan, tree.kv, tree.device, tree.stats
+    ids, new_mask = pad_rows([tokens for tokens, _ in rows], tree.pad_id, device)
     lengths = [len(tokens) for tokens, _ in rows]
     stats.forward_passes += 1
     stats.computed_tokens += sum(lengths)
@@ -552,13 +315,13 @@ def _forward_on_nodes(model, rows, plan, kv, pad_id, device, stats, read):
         on_node: dict = {}
         for r, (_, node) in enumerate(rows):
             on_node.setdefault(node, []).append(r)
-        chains = {node: [kv[k] for k, _ in _chain(plan, node)] for node in on_node}
+        chains = {node: [kv[k] for k, _ in chain(plan, node)] for node in on_node}
         some = next(c for c in chains.values() if c)[0]
         for layer in range(len(some)):
             parts = []
             for which in (0, 1):
-                prefixes = {node: torch.cat([piece[layer][which] for piece in chain], dim=2) if len(chain) > 1 else chain[0][layer][which]
-                            for node, chain in chains.items() if chain}
+                prefixes = {node: torch.cat([piece[layer][which] for piece in links], dim=2) if len(links) > 1 else links[0][layer][which]
+                            for node, links in chains.items() if links}
                 if len(on_node) == 1:
                     parts.append(next(iter(prefixes.values())).expand(len(rows), -1, -1, -1))
                     continue

@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
-from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES, NEGATED
+from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES, NEGATED, PARAPHRASE_CELLS
 from panels.schema import Dilemma, PanelError, Scenario
 
 LETTERS = "ABCDE"
@@ -90,6 +90,11 @@ def render(scenario: Scenario, frame: str, cell: str = "primary", order=None, ve
     if frame not in FRAMES:
         raise PanelError(f"{scenario.id}: frame: '{frame}' is not one of {', '.join(FRAMES)}")
     texts = frame_texts(version)
+    read_cell = cell
+    if cell in PARAPHRASE_CELLS:  # the paraphrase rewords the options too: render it as a scenario of its own
+        if scenario.paraphrase is None:
+            raise PanelError(f"{scenario.id}: cell: '{cell}' needs a paraphrase, and this scenario has none")
+        scenario, cell = scenario.paraphrased(), PARAPHRASE_CELLS[cell]
     order = _check_order(scenario, order)
     letters = tuple(LETTERS[: len(order)])
     option_ids = tuple(scenario.options[i].id for i in order)
@@ -133,7 +138,7 @@ def render(scenario: Scenario, frame: str, cell: str = "primary", order=None, ve
     else:
         text = texts["raw"][frame.removeprefix("raw_")].format(situation=judged, **fields)
     return RenderedFrame(
-        scenario_id=scenario.id, cell=cell, frame=frame, order=order, letters=letters, option_ids=option_ids,
+        scenario_id=scenario.id, cell=read_cell, frame=frame, order=order, letters=letters, option_ids=option_ids,
         violating_letter=letters[option_ids.index(scenario.violating)], messages=messages, text=text,
         system=system, anchor=anchor, version=texts["version"],
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from contract.names import CELLS
+from contract.names import CELLS, PARAPHRASE_CELLS
 
 FAMILIES = ("F1", "F2", "F3", "F4", "F5")
 SLOT = "{pressure}"
@@ -102,7 +102,9 @@ class Scenario:
 
     @property
     def cells(self) -> tuple[str, ...]:
-        return CELLS if self.harm_twin_filler else CELLS[:2]
+        """The cells this scenario can be read in (contract.names.CELLS it has the text for)."""
+        has = {"harm_twin": self.harm_twin_filler is not None, **{c: self.paraphrase is not None for c in PARAPHRASE_CELLS}}
+        return tuple(c for c in CELLS if has.get(c, True))
 
     def situation(self, cell: str = "primary") -> str:
         """The context with the slot filled for `cell`."""

@@ -36,7 +36,8 @@ def model_manifest(lm, letters) -> dict:
     """The model, its template facts, the tokens read (`letters.as_manifest()`), versions, commit, command."""
     facts = lm.facts
     return {
-        "model": {k: getattr(facts, k) for k in ("name", "source", "hf_id", "revision", "architecture", "dtype", "quantize", "vocab_size")},
+        "model": {k: getattr(facts, k) for k in ("name", "source", "hf_id", "revision", "architecture", "dtype", "quantize", "vocab_size",
+                                                  "lineage", "stage", "base_lineage")},
         "device": facts.device,
         "template": {"chat_template_sha256": facts.chat_template_sha256, "bos_token_id": facts.bos_token_id,
                      "tokenizer_adds_bos": facts.tokenizer_adds_bos},

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ProbeInputError
-from engine.scoring import Prompt
+from engine.render import Prompt
 
 PROBE_FIELDS = {"id", "messages", "text", "letters", "system"}
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.errors import LetterTokenError, ProbeInputError, RenderError
-from engine.scoring import encode_prompt, score_ids
+from engine.render import encode_prompt
+from engine.scoring import score_ids
 from readouts.driver import ModelOptions
 from readouts.probes_io import read_probes, write_jsonl_atomic
 

@@ -12,6 +12,7 @@ import numpy as np
 from scipy.stats import poisson_binom
 
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
+from readouts.gap.profile import cells_read
 
 
 def scenario_rows(scenarios, keys, rows, profile, sample: bool, model: str, panel: str) -> list[dict]:
@@ -23,7 +24,7 @@ def scenario_rows(scenarios, keys, rows, profile, sample: bool, model: str, pane
     for s in scenarios:
         base = dict(model=model, panel=panel, scenario_id=s.id, family=s.family, domain=s.domain,
                     generator=s.generator, prompt_version=s.prompt_version, violating=s.violating)
-        for cell in s.cells:
+        for cell in cells_read(s, profile):
             for spec in READOUTS:
                 frames = sorted({f for (sid, c, ro, f) in by_key if sid == s.id and c == cell and ro == spec.name},
                                 key=lambda f: (len(f), f))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract.names import PARAPHRASE_CELLS
 from contract.readouts import ReadoutSpec, readout
 from readouts.profiles import Profile
 
@@ -30,12 +31,15 @@ class GapProfile(Profile):
     """Budget of the reasoning, filler and norm-naming dose arms."""
     dose_brief_budget: int = 64
     """Budget of the brief-reasoning arm."""
+    paraphrase: bool = True
+    """Also read the F4 paraphrase cells (the paraphrase-swap table); they never enter the gate."""
 
 
 PROFILES = {
     "paper": GapProfile(name="paper", chunk_size=4, orders={"D": 32, "J0": 32, "control": 32, "raw": 8}),
     "quick": GapProfile(name="quick", chunk_size=5, max_units=10, orders={"D": 6, "J0": 4, "control": 4, "raw": 2},
-                        j_samples=2, j_budget=24, dose_samples=0, dose_budget=24, dose_brief_budget=12),
+                        j_samples=2, j_budget=24, dose_samples=0, dose_budget=24, dose_brief_budget=12,
+                        paraphrase=False),
 }
 
 
@@ -44,3 +48,8 @@ def rollouts(spec: ReadoutSpec, profile: GapProfile) -> int:
     has as many as the readout it re-reads)."""
     source = readout(spec.derived_from) if spec.derived_from else spec
     return 1 + getattr(profile, source.samples)
+
+
+def cells_read(scenario, profile: GapProfile) -> tuple[str, ...]:
+    """The cells of `scenario` this profile reads."""
+    return tuple(c for c in scenario.cells if profile.paraphrase or c not in PARAPHRASE_CELLS)

@@ -14,11 +14,12 @@ import numpy as np
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from engine.generation import anchor_read, generate, stop_token_ids
 from engine.sampling import derive_seed
-from engine.scoring import Prompt, encode_prompt, score_ids
+from engine.render import encode_prompt, Prompt
+from engine.scoring import score_ids
 from panels.frames import render
 from panels.orders import option_orders
 from readouts.gap.aggregate import scenario_rows
-from readouts.gap.profile import GapProfile, rollouts
+from readouts.gap.profile import GapProfile, cells_read, rollouts
 
 
 @dataclass
@@ -61,7 +62,7 @@ def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
     """How many read positions a scenario costs (for the progress bar's total)."""
     per_cell = sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
                    for s in active_specs(groups))
-    return per_cell * len(scenario.cells)
+    return per_cell * len(cells_read(scenario, profile))
 
 
 class GapRunner:
@@ -107,7 +108,7 @@ class GapRunner:
         (frame,) = spec.frames
         for s in scenarios:
             orders = option_orders(len(s.options), self.profile.orders[spec.orders], self.seed, f"{s.id}|{spec.name}")
-            for cell in s.cells:
+            for cell in cells_read(s, self.profile):
                 for k, order in enumerate(orders):
                     r = render(s, frame, cell, order)
                     reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, _prompt(r)))))
@@ -124,7 +125,7 @@ class GapRunner:
         jobs = []
         for s in scenarios:
             orders = option_orders(len(s.options), max(len(sp.frames) for sp in own), self.seed, f"{s.id}|{group}")
-            for cell in s.cells:
+            for cell in cells_read(s, self.profile):
                 for sp in own:
                     for k, frame in enumerate(sp.frames):
                         jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k])))

@@ -43,7 +43,7 @@ class GapStudy:
     kind: str = "judgment-action"
     tables: tuple[str, ...] = (PROBES.name, SCENARIOS.name)
     panel_kind: str = "gap"
-    default_panel: str = "gap-v1"
+    default_panel: str = "gap-v2"
     default_seed: int = 0
     groups: tuple[str, ...] = ()
     """The groups read (set by `prepare` from `readouts` and the model)."""

@@ -15,7 +15,8 @@ from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
 from engine.letters import word_start_tokens
 from engine.sampling import derive_seed
-from engine.scoring import Prompt, encode_prompt, score_ids
+from engine.render import encode_prompt, Prompt
+from engine.scoring import score_ids
 from panels.frames import render_polarity
 from readouts.nsi.parse import endorsement, parse_reply
 from readouts.profiles import Profile

@@ -8,11 +8,11 @@ import random
 import pytest
 import torch
 
-from engine.scoring import (
-    PrefixGroup, Prompt, ScoreStats, encode_prompt, kv_bytes_per_token, plan_prefix_groups, plain_next_token_logits,
-    score_ids,
-    tempered_distribution,
-)
+from engine.batching import kv_bytes_per_token
+from engine.planner import plan_prefix_groups, PrefixGroup
+from engine.render import encode_prompt, Prompt
+from engine.sampling import tempered_distribution
+from engine.scoring import plain_next_token_logits, score_ids, ScoreStats
 from tests.conftest import TINY, get_model
 
 OPTIONS = [

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-from engine.scoring import Prompt, encode_prompt, plain_next_token_logits, score_ids
+from engine.render import encode_prompt, Prompt
+from engine.scoring import plain_next_token_logits, score_ids
 from tests.conftest import get_model
 
 DRAWS = 20_000

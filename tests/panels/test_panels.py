@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.scoring import Prompt, encode_prompt
+from engine.render import encode_prompt, Prompt
 from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES
 from panels.frames import render, render_polarity
+from panels.lint import cue_word_rates
 from panels.orders import option_orders
 from panels.schema import PanelError, load_panel
 from readouts.cli import main
@@ -21,6 +22,25 @@ from tests.conftest import CHAT_TINY, ROOT, get_model
 FIXTURES = ROOT / "tests" / "fixtures" / "panels"
 GAP = load_panel("gap-v1")
 NSI = load_panel("nsi-14")
+
+
+def test_gap_v2_is_the_papers_size_with_two_writers_two_briefs_and_its_review():
+    v2 = load_panel("gap-v2")
+    assert v2.review is not None  # the review record was checked while loading (every scenario passed)
+    by_family = Counter(s.family for s in v2.records)
+    assert by_family == {"F1": 56, "F2": 40, "F3": 56, "F4": 40, "F5": 56}
+    for fam in by_family:
+        rows = [s for s in v2.records if s.family == fam]
+        assert len({s.domain for s in rows}) >= 14, fam
+        assert {len(s.options) for s in rows} == {3, 4}, fam
+        writers = Counter(s.generator for s in rows)
+        assert len(writers) >= 2 and all(n >= 0.4 * len(rows) for n in writers.values()), (fam, writers)
+        assert set(Counter(s.prompt_version for s in rows)) == {"1.0.0", "1.1.0"}, fam
+    for s in v2.records:
+        assert (s.paraphrase is not None) == (s.family == "F4"), s.id
+        if s.paraphrase is not None:
+            assert s.paraphrase.writer != s.generator
+    assert all(r.passes for r in cue_word_rates(v2.records).values())
 
 
 def test_gap_v1_counts_and_domains():
@@ -47,8 +67,9 @@ def _shingles(text, n=5):
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
-def test_no_near_duplicate_contexts():
-    sets = {s.id: _shingles(s.context) for s in GAP.records}
+@pytest.mark.parametrize("panels", [("gap-v1",), ("gap-v2",), ("gap-v1", "gap-v2")])
+def test_no_near_duplicate_contexts(panels):
+    sets = {s.id: _shingles(s.context) for name in panels for s in load_panel(name).records}
     worst = max((len(sets[a] & sets[b]) / len(sets[a] | sets[b]), a, b) for a, b in combinations(sets, 2))
     assert worst[0] <= 0.35, worst
 

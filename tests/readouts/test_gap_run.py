@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import ReadoutError
 from engine.generation import Rollout
-from engine.scoring import encode_prompt
+from engine.render import encode_prompt
 from panels.frames import render
 from panels.schema import load_panel
 from contract.tables import SCENARIOS
@@ -174,3 +174,19 @@ def test_profile_overrides_and_limit_are_applied_and_recorded(tmp_path):
 def test_bad_overrides_fail_before_the_model_loads(tmp_path, bad, message):
     with pytest.raises(ReadoutError, match=message):
         run(tmp_path, "bad", model="no-such-model", overrides=bad)
+
+
+def test_paraphrase_cells_are_read_from_the_second_writers_text(tmp_path):
+    path, _ = run(tmp_path, "para", panel="gap-v2", readouts="D", overrides=("paraphrase=true",))
+    df = pd.read_parquet(path / "scenarios.parquet")
+    probes = pd.read_parquet(path / "probes.parquet")
+    f4 = set(df.scenario_id[df.family == "F4"])
+    assert f4 and set(df.scenario_id[df.cell.isin(["paraphrase", "paraphrase_twin"])]) == f4
+    scenario = load_panel("gap-v2").get(sorted(f4)[0])
+    paraphrase = scenario.paraphrased()
+    row = probes[(probes.scenario_id == scenario.id) & (probes.cell == "paraphrase")].iloc[0]
+    rendered = render(scenario, "agent", "paraphrase", [[o.id for o in paraphrase.options].index(i) for i in row.order.split(",")])
+    assert paraphrase.context.split("{pressure}")[0][:60] in rendered.messages[0]["content"]
+    assert rendered.violating_letter == row.violating_letter
+    quick, _ = run(tmp_path, "no-para", panel="gap-v2", readouts="D")
+    assert not pd.read_parquet(quick / "scenarios.parquet").cell.str.startswith("paraphrase").any()

@@ -1,0 +1,102 @@
+"""Batching, declared once for scoring and generation: greedy token-budget batches, padding, default
+bounds per device, key/value memory limits, and halving a batch that runs out of accelerator memory.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an accelerator out-of-memory error (CUDA's own type, or a backend's message)."""
+    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def halving_on_oom(fn, batch: list, join, stats=None):
+    """Run `fn(batch)`; when it runs out of memory, free cached memory and run each half instead.
+
+    `join` combines the halves' results. A single item that still does not fit re-raises the error.
+    `stats`, if given, counts the splits in its `oom_splits`.
+    """
+    try:
+        return fn(batch)
+    except RuntimeError as exc:
+        if not is_out_of_memory(exc) or len(batch) < 2:
+            raise
+    if stats is not None:
+        stats.oom_splits += 1
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    mid = len(batch) // 2
+    return join(halving_on_oom(fn, batch[:mid], join, stats), halving_on_oom(fn, batch[mid:], join, stats))
+
+
+def token_batches(items, cost, budget, context_budget, max_batch):
+    """Greedy batches over sorted items: padded tokens <= budget, attended context <= context_budget."""
+    batch, longest, widest = [], 0, 0
+    for item in items:
+        q, ctx = cost(item)
+        new_longest, new_widest = max(longest, q), max(widest, ctx)
+        size = len(batch) + 1
+        if batch and (size * new_longest > budget or size * new_widest > context_budget or size > max_batch):
+            yield batch
+            batch, new_longest, new_widest = [], q, ctx
+        batch.append(item)
+        longest, widest = new_longest, new_widest
+    if batch:
+        yield batch
+
+
+def pad_rows(rows, pad_id: int, device, left: bool = False):
+    """Token rows as one padded batch: (ids, attention mask), right-padded (scoring reads each row's
+    last real token) or left-padded (generation appends to every row at the same position)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        span = slice(width - len(r), width) if left else slice(0, len(r))
+        ids[i, span] = torch.tensor(r, dtype=torch.long)
+        mask[i, span] = 1
+    return ids.to(device), mask.to(device)
+
+
+# Default bounds per device: (padded tokens per forward pass, rows per forward pass). Scoring runs prompts
+# once each; generation keeps a batch's rows for the whole decode, so its CPU token budget is larger
+# (prefill is a small share of its work) and its row bound applies to rows x rollouts.
+DEFAULT_BOUNDS = {
+    "score": {"cuda": (32768, 256), "cpu": (2048, 64)},
+    "generate": {"cuda": (32768, 512), "cpu": (4096, 64)},
+}
+
+
+def default_bounds(path: str, device: torch.device) -> tuple[int, int]:
+    """(token budget, max rows) for `path` ("score" or "generate") on `device`."""
+    return DEFAULT_BOUNDS[path]["cuda" if device.type == "cuda" else "cpu"]
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of keys and values one token occupies in the model's cache (all layers)."""
+    cfg = model.config
+    heads = getattr(cfg, "num_attention_heads", 1)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    itemsize = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
+
+
+def cache_token_limit(model, device: torch.device, budget: int) -> int:
+    """Tokens of keys/values held at once (cached prefix-tree nodes of a wave, or one batch's assembled
+    prefixes): 4x the token budget, and on CUDA at most a quarter of the free memory."""
+    limit = 4 * budget
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        limit = min(limit, max(budget, int(0.25 * free) // kv_bytes_per_token(model)))
+    return limit
+
+
+def generation_cache_limit(model, device: torch.device) -> int | None:
+    """Tokens of keys/values one generation batch may hold (rows x (prompt + new tokens)): on CUDA half
+    the free memory; None (unbounded) elsewhere."""
+    if device.type != "cuda":
+        return None
+    return int(0.5 * torch.cuda.mem_get_info(device)[0]) // kv_bytes_per_token(model)
