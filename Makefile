@@ -21,7 +21,9 @@ install:
 	$(PIP) install --quiet gguf
 	$(PY) -c "import engine, panels, readouts, stats; print('installed logit-readout into $(VENV)')"
 
+# Lint (ruff: pyflakes, pycodestyle, import order) first: it takes a second and names the line.
 test:
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2
 
 # The judgment-action study; a killed run resumes when the same command is given again.

@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from engine.generation import generate, stop_token_ids  # noqa: E402
+from engine.generation import generate  # noqa: E402
 from engine.loading import load_model  # noqa: E402
 from engine.planner import plan_prefix_groups  # noqa: E402
-from engine.render import encode_prompt, Prompt  # noqa: E402
-from engine.scoring import score_ids, ScoreStats  # noqa: E402
+from engine.render import Prompt, encode_prompt  # noqa: E402
+from engine.scoring import ScoreStats, score_ids  # noqa: E402
 from panels.frames import render  # noqa: E402
 from panels.orders import option_orders  # noqa: E402
 from panels.schema import load_panel  # noqa: E402
@@ -124,7 +124,7 @@ def main() -> None:
             spans.append((start, len(reqs)))
         out = lmeval.loglikelihood(reqs, disable_tqdm=True)
         masses = []
-        for i, (a, b) in zip(indices, spans):
+        for i, (a, _end) in zip(indices, spans):
             vals, k = [], a
             for ids in letters[i].token_ids:
                 vals.append(sum(float(torch.tensor(out[k + j][0]).exp()) for j in range(len(ids))))

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from engine.loading import load_model  # noqa: E402
-from engine.render import encode_prompt, Prompt  # noqa: E402
-from engine.scoring import score_ids, ScoreStats  # noqa: E402
+from engine.render import Prompt, encode_prompt  # noqa: E402
+from engine.scoring import ScoreStats, score_ids  # noqa: E402
 
 PANEL = ROOT / "panels" / "data" / "gap-v1.jsonl"
 
@@ -85,7 +85,7 @@ def main() -> None:
         ("fast", dict()),
     ]:
         stats = ScoreStats()
-        res, secs = timed(lambda: score_ids(lm.model, seqs, letters, pad_id=pad, stats=stats, temperature=0.7, **kwargs))
+        res, secs = timed(lambda stats=stats, kwargs=kwargs: score_ids(lm.model, seqs, letters, pad_id=pad, stats=stats, temperature=0.7, **kwargs))
         runs[name] = dict(
             seconds=round(secs, 3), probes_per_s=round(n / secs, 3),
             computed_tokens_per_prompt_token=round(stats.computed_tokens / stats.prompt_tokens, 4),

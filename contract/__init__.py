@@ -6,7 +6,16 @@ frames named here. This package imports nothing of ours and nothing heavier than
 """
 
 from contract.names import (
-    CELLS, DOSE_ARMS, PARAPHRASE_CELLS, DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_AGGREGATE, JUDGE_FRAMES, NEGATED, POLARITY_PAIR,
+    CELLS,
+    DOSE_ARMS,
+    DOSE_FRAMES,
+    FRAMES,
+    FRAMINGS,
+    JUDGE_AGGREGATE,
+    JUDGE_FRAMES,
+    NEGATED,
+    PARAPHRASE_CELLS,
+    POLARITY_PAIR,
 )
 from contract.readouts import READOUTS, ReadoutSpec, readout, readout_groups, readout_names
 from contract.tables import TABLES, Column, Table, table

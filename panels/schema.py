@@ -172,7 +172,7 @@ class Panel:
 
 GAP_REQUIRED = ("id", "family", "domain", "generator", "prompt_version", "protagonist", "agent", "context",
                 "pressure", "filler", "options", "violating", "norm")
-GAP_OPTIONAL = ("pushback", "tools", "harm_twin", "paraphrase")
+GAP_OPTIONAL = ("pushback", "tools", "harm_twin", "paraphrase")  # contract: panel fields (a cell is read from each)
 PARAPHRASE_FIELDS = ("writer", "context", "pressure", "filler", "options")
 NSI_FIELDS = ("id", "domain", "title", "description", "scenario", "action", "goal")
 

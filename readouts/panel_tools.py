@@ -60,7 +60,7 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
             parts.append(f"--- raw text (no template; the letter is read next)\n{text}")
         return "\n".join(parts)
     from engine.loading import load_model
-    from engine.render import encode_prompt, Prompt
+    from engine.render import Prompt, encode_prompt
 
     lm = load_model(model)
     prompt = Prompt(messages=messages, system=system) if messages else Prompt(text=text)

@@ -66,8 +66,8 @@ def main():
     from engine.generation import generate
     from engine.letters import resolve_letters
     from engine.loading import load_model
-    from engine.render import encode_prompt, Prompt
-    from engine.scoring import score_ids, ScoreStats
+    from engine.render import Prompt, encode_prompt
+    from engine.scoring import ScoreStats, score_ids
     from panels.frames import render
     from panels.orders import option_orders
     from panels.schema import load_panel

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contract.names import PARAPHRASE_CELLS
-from contract.readouts import ReadoutSpec, readout
+from contract.readouts import READOUTS, ReadoutSpec, readout
+from engine.errors import ReadoutError
 from readouts.profiles import Profile
 
 
@@ -34,10 +35,19 @@ class GapProfile(Profile):
     paraphrase: bool = True
     """Also read the F4 paraphrase cells (the paraphrase-swap table); they never enter the gate."""
 
+    def check(self) -> None:
+        super().check()
+        keys = {s.orders for s in READOUTS if s.orders is not None}
+        if set(self.orders) != keys:
+            raise ReadoutError(f"profile {self.name}: orders: keys {sorted(self.orders)} must be the readout specs' {sorted(keys)}")
+        bad = next((k for k, v in self.orders.items() if v < 1), None)
+        if bad is not None:
+            raise ReadoutError(f"--set: orders.{bad}: must be >= 1, got {self.orders[bad]}")
+
 
 PROFILES = {
-    "paper": GapProfile(name="paper", chunk_size=4, orders={"D": 32, "J0": 32, "control": 32, "raw": 8}),
-    "quick": GapProfile(name="quick", chunk_size=5, max_units=10, orders={"D": 6, "J0": 4, "control": 4, "raw": 2},
+    "paper": GapProfile(name="paper", chunk_size=4, orders=dict(D=32, J0=32, control=32, raw=8)),
+    "quick": GapProfile(name="quick", chunk_size=5, max_units=10, orders=dict(D=6, J0=4, control=4, raw=2),
                         j_samples=2, j_budget=24, dose_samples=0, dose_budget=24, dose_brief_budget=12,
                         paraphrase=False),
 }
@@ -53,3 +63,7 @@ def rollouts(spec: ReadoutSpec, profile: GapProfile) -> int:
 def cells_read(scenario, profile: GapProfile) -> tuple[str, ...]:
     """The cells of `scenario` this profile reads."""
     return tuple(c for c in scenario.cells if profile.paraphrase or c not in PARAPHRASE_CELLS)
+
+
+for _profile in PROFILES.values():
+    _profile.check()

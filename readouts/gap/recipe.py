@@ -13,8 +13,8 @@ import numpy as np
 
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from engine.generation import anchor_read, generate, stop_token_ids
+from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
-from engine.render import encode_prompt, Prompt
 from engine.scoring import score_ids
 from panels.frames import render
 from panels.orders import option_orders

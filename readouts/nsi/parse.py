@@ -34,7 +34,7 @@ import re
 from dataclasses import asdict, dataclass
 
 DECISIONS = ("agree", "disagree")
-NUMERIC_FIELDS = (
+NUMERIC_FIELDS = (  # contract: the reply schema of the paper (C.2)
     "confidence",
     "adherence_to_laws",
     "adherence_to_social_ethics",

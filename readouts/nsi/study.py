@@ -14,8 +14,8 @@ from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
 from engine.letters import word_start_tokens
+from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
-from engine.render import encode_prompt, Prompt
 from engine.scoring import score_ids
 from panels.frames import render_polarity
 from readouts.nsi.parse import endorsement, parse_reply

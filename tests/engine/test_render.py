@@ -5,7 +5,6 @@ Goldens live in tests/goldens/templates.json; regenerate with UPDATE_GOLDENS=1 a
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from engine.batching import kv_bytes_per_token
-from engine.planner import plan_prefix_groups, PrefixGroup
-from engine.render import encode_prompt, Prompt
+from engine.planner import PrefixGroup, plan_prefix_groups
+from engine.render import Prompt, encode_prompt
 from engine.sampling import tempered_distribution
-from engine.scoring import plain_next_token_logits, score_ids, ScoreStats
+from engine.scoring import ScoreStats, plain_next_token_logits, score_ids
 from tests.conftest import TINY, get_model
 
 OPTIONS = [

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-from engine.render import encode_prompt, Prompt
+from engine.render import Prompt, encode_prompt
 from engine.scoring import plain_next_token_logits, score_ids
 from tests.conftest import get_model
 

@@ -10,7 +10,6 @@ and each <rule>.review.jsonl breaks one rule when read as the review of a copy o
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 

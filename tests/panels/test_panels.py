@@ -6,12 +6,11 @@ polarity framings read exactly as the negation paper's templates.
 import re
 from collections import Counter, defaultdict
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 
-from engine.render import encode_prompt, Prompt
 from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES
+from engine.render import Prompt, encode_prompt
 from panels.frames import render, render_polarity
 from panels.lint import cue_word_rates
 from panels.orders import option_orders
@@ -112,7 +111,8 @@ def test_polarity_framings_render_exactly():
             (msg,) = p.messages
             assert msg["role"] == "user"
             content = msg["content"]
-            assert content.startswith("Return ONLY one JSON object (no code fences, no extra text).\n\nSchema (all required):\n{\n  \"decision\": \"agree\" | \"disagree\",")
+            assert content.startswith("Return ONLY one JSON object (no code fences, no extra text).\n\n"
+                              "Schema (all required):\n{\n  \"decision\": \"agree\" | \"disagree\",")
             assert f"<SCENARIO>\n{d.scenario}\n</SCENARIO>" in content
             assert content.endswith(f"<PROPOSAL>\n{expected[framing]}\n</PROPOSAL>")
     example = render_polarity(NSI.get("financial-1"), "F1").proposal
@@ -202,7 +202,8 @@ MALFORMED = {
     "duplicate_option_ids": "duplicate_option_ids.jsonl:1: options: option ids repeat",
     "paraphrase_outside_f4": "paraphrase_outside_f4.jsonl:1: paraphrase: only F4 scenarios have a paraphrase (this is F1)",
     "paraphrase_writer_is_generator": "paraphrase_writer_is_generator.jsonl:2: paraphrase.writer: must differ from generator 'writer-a'",
-    "paraphrase_ids_differ": "paraphrase_ids_differ.jsonl:2: paraphrase.options: ids ['friend', 'fair', 'ask'] must equal the scenario's option ids ['fair', 'friend', 'ask']",
+    "paraphrase_ids_differ": "paraphrase_ids_differ.jsonl:2: paraphrase.options: ids ['friend', 'fair', 'ask'] "
+                             "must equal the scenario's option ids ['fair', 'friend', 'ask']",
     "paraphrase_no_slot": "paraphrase_no_slot.jsonl:1: paraphrase.context: must contain exactly one {pressure} slot, found 0",
     "paraphrase_missing_field": "paraphrase_missing_field.jsonl:1: paraphrase.filler: missing",
     "f5_without_harm_twin": "f5_without_harm_twin.jsonl:2: harm_twin: missing",

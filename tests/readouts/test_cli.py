@@ -69,7 +69,9 @@ def _foreign_checkpoint(tmp_path, model_type, **dims):
 )
 def test_any_local_causal_lm_folder_works(tmp_path, capsys, model_type, dims):
     folder = _foreign_checkpoint(tmp_path, model_type, **dims)
-    rows = [{"id": i, "messages": [{"role": "user", "content": f"Case {i}: the agent must decide what to do about the late report today. " + "x " * i + "A or B?"}], "letters": ["A", "B"]} for i in range(6)]
+    case = "the agent must decide what to do about the late report today. "
+    rows = [{"id": i, "messages": [{"role": "user", "content": f"Case {i}: {case}" + "x " * i + "A or B?"}], "letters": ["A", "B"]}
+            for i in range(6)]
     probes = write_probes(tmp_path / "p.jsonl", rows)
     fast, plain = tmp_path / "fast.jsonl", tmp_path / "plain.jsonl"
     assert run(["score", str(probes), "-m", str(folder), "-o", str(fast), "--max-batch", "4"], capsys)[0] == 0

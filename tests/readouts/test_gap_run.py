@@ -8,14 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from contract.tables import SCENARIOS
 from engine.errors import ReadoutError
 from engine.generation import Rollout
 from engine.render import encode_prompt
 from panels.frames import render
 from panels.schema import load_panel
-from contract.tables import SCENARIOS
-from readouts.driver import Interrupted, ModelOptions, RunOptions, run as run_study
-from readouts.gap import profile as gap_profile, recipe
+from readouts.driver import Interrupted, ModelOptions, RunOptions
+from readouts.driver import run as run_study
+from readouts.gap import profile as gap_profile
+from readouts.gap import recipe
 from readouts.gap.study import GapStudy
 from readouts.profiles import select_units
 from readouts.rundir import ManifestMismatch

@@ -4,12 +4,11 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from readouts.nsi.parse import NUMERIC_FIELDS, ParsedReply, endorsement, parse_reply
-from tests.conftest import ROOT, FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 CORPUS = [json.loads(line) for line in (FIXTURES / "nsi_replies.jsonl").open(encoding="utf-8")]
 

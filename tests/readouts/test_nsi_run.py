@@ -7,7 +7,7 @@ import torch
 
 from engine.errors import ReadoutError
 from engine.letters import word_start_tokens
-from engine.render import encode_prompt, Prompt
+from engine.render import Prompt, encode_prompt
 from engine.scoring import plain_next_token_logits
 from panels.frames import render_polarity
 from panels.schema import load_panel

@@ -2,9 +2,8 @@
 
 import subprocess
 import sys
-from pathlib import Path
-from tests.conftest import ROOT
 
+from tests.conftest import ROOT
 
 
 def test_gpu_check_runs_on_a_tiny_config(tmp_path):
