@@ -1,7 +1,7 @@
 """Benchmark of the stats layer: `readout stats` on a 600-scenario x 4-model synthetic set, and compare.
 
 Writes bench/results/stats_bench.json and .md. What is timed:
-- each run's report (stats.report.run_report: every analysis, every table and figure) in one process,
+- each run's report (stats.gap.run_report: every analysis, every table and figure) in one process,
   after imports, and the sum over the four runs;
 - the same four reports as four fresh interpreters, as four `readout stats RUN_DIR` calls would run
   (interpreter start and imports included);
@@ -29,11 +29,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import scipy  # noqa: E402
 
-from stats.compare import compare_runs  # noqa: E402
-from stats.report import run_report  # noqa: E402
-from stats.synthetic import SyntheticSpec, make_run_dir  # noqa: E402
+from stats.gap import SyntheticSpec, compare_runs, make_run_dir, run_report  # noqa: E402
 
-MODELS = (("olmo-3-7b-sft", 0.03), ("olmo-3-7b-dpo", 0.04), ("olmo-3-7b", 0.05), ("llama-3.1-8b", 0.08))
+# (model, planted excess, lineage, stage): lineages as a run copies them from the registry.
+MODELS = (("olmo-3-7b-sft", 0.03, "olmo-3-7b", "sft"), ("olmo-3-7b-dpo", 0.04, "olmo-3-7b", "dpo"),
+          ("olmo-3-7b", 0.05, "olmo-3-7b", "final"), ("llama-3.1-8b", 0.08, "llama-3.1-8b", "final"))
 
 
 def main() -> None:
@@ -47,11 +47,12 @@ def main() -> None:
 
     runs = []
     t = time.perf_counter()
-    for i, (model, effect) in enumerate(MODELS):
-        runs.append(make_run_dir(work / model, SyntheticSpec(model=model, n_scenarios=args.n_scenarios,
-                                                             effect=effect, seed=i + 1)))
+    for i, (model, effect, lineage, stage) in enumerate(MODELS):
+        runs.append(make_run_dir(work / model, SyntheticSpec(model=model, n_scenarios=args.n_scenarios, effect=effect,
+                                                             seed=i + 1, lineage=lineage, stage=stage)))
     base = make_run_dir(work / "olmo-3-7b-base", SyntheticSpec(model="olmo-3-7b-base", n_scenarios=args.n_scenarios,
-                                                               readouts=("raw",), raw_asymmetry=0.02, seed=9))
+                                                               readouts=("raw",), raw_asymmetry=0.02, seed=9,
+                                                               lineage="olmo-3-7b", stage="base"))
     generate_s = time.perf_counter() - t
     rows = {r.name: pd.read_parquet(r / "scenarios.parquet", columns=["scenario_id"]).shape[0] for r in runs}
 
@@ -66,7 +67,7 @@ def main() -> None:
     in_process = sum(per_run.values())
 
     fresh = {}
-    code = "import sys; from stats.report import run_report; run_report(sys.argv[1], n_boot=int(sys.argv[2]))"
+    code = "import sys; from stats.gap import run_report; run_report(sys.argv[1], n_boot=int(sys.argv[2]))"
     for r in runs:
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", code, str(r), str(args.n_boot)], cwd=ROOT, check=True,
@@ -87,7 +88,7 @@ def main() -> None:
     compare_base_s = time.perf_counter() - t
 
     result = {
-        "what": "stats.report.run_report on 4 synthetic runs, and stats.compare.compare_runs",
+        "what": "stats.gap.run_report on 4 synthetic runs, and stats.gap.compare_runs",
         "n_scenarios": args.n_scenarios, "models": [m for m, _ in MODELS], "n_boot": args.n_boot,
         "scenario_table_rows": rows,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),

@@ -26,3 +26,7 @@ class RenderError(ReadoutError):
 
 class ProbeInputError(ReadoutError):
     """A probe file or probe record is malformed; the message names the file, line and field."""
+
+
+class ContextLengthError(ReadoutError):
+    """A prompt (with the tokens it may generate) is longer than the model's context; names file, line, field."""

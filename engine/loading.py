@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from engine import embedded, tiny
-from engine.errors import ModelUnavailableError, ReadoutError
+from engine.errors import ContextLengthError, ModelUnavailableError, ReadoutError
 from engine.letters import LetterTokens, resolve_letters
 from engine.registry import ModelSpec, resolve
 from engine.render import tokenizer_adds_bos
@@ -74,6 +74,18 @@ class LoadedModel:
     @property
     def device(self) -> torch.device:
         return self.model.get_input_embeddings().weight.device
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence (prompt plus generated tokens) the model was built for; None if unstated."""
+        n = getattr(self.model.config, "max_position_embeddings", None)
+        return int(n) if n else None
+
+    def check_fits(self, n_tokens: int, where: str) -> None:
+        """Raise ContextLengthError (`where: N tokens > the model's M`) when a sequence cannot fit."""
+        limit = self.max_positions
+        if limit is not None and n_tokens > limit:
+            raise ContextLengthError(f"{where}: {n_tokens} tokens > the model's {limit}")
 
     @property
     def pad_id(self) -> int:

@@ -118,7 +118,7 @@ def read_review(panel: Panel, path: str | Path | None = None, require_passed: bo
         raise PanelError(f"{path}: file: not UTF-8") from None
     scenarios = {s.id: s for s in panel.records}
     reviews: dict[str, Review] = {}
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit inside a string
         if not line.strip():
             continue
         where = f"{path}:{n}"

@@ -369,7 +369,7 @@ def load_panel(name_or_path: str, review: bool = True) -> Panel:
     except UnicodeDecodeError:
         raise PanelError(f"{path}: file: not UTF-8") from None
     records, seen, kind = [], {}, None
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit inside a string
         if not line.strip():
             continue
         where = f"{path}:{n}"

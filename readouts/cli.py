@@ -10,8 +10,7 @@ import click
 
 from engine.errors import ReadoutError
 from panels.schema import PanelError
-from stats.errors import StatsInputError
-from stats.nsi_tables import NSITableError
+from stats.core.errors import StatsInputError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,7 +165,7 @@ def nsi_cmd(panel, samples, **kwargs):
 @click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
 def stats_cmd(run_dirs, out, seed, n_boot, mass_floor):
     """The gap paper's analysis of each run: screen, excess, ladder, control, dose; tables and figures."""
-    from stats.report import run_report
+    from stats.gap import run_report
 
     if out is not None and len(run_dirs) > 1:
         raise ReadoutError("--out: give it with one run directory (each run writes its own RUN_DIR/stats)")
@@ -184,7 +183,7 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor):
 @click.option("--n-boot", default=10_000, show_default=True, type=int)
 def compare_cmd(run_dirs, out, roles, seed, n_boot):
     """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
-    from stats.compare import compare_runs
+    from stats.gap import compare_runs
 
     role_map = {}
     for item in roles:
@@ -221,7 +220,7 @@ def nsi_export_cmd(run_dir, n_items, stratify, out, seed):
     """A stratified sample of replies for human coding (Label Studio import and CSV)."""
     from pathlib import Path
 
-    from stats.nsi_coding import export_sample
+    from stats.nsi import export_sample
 
     for line in export_sample(run_dir, out or str(Path(run_dir) / "coding"), n=n_items, stratify=stratify, seed=seed):
         click.echo(line)
@@ -237,7 +236,7 @@ def nsi_gold_cmd(run_dir, gold, second, out, seed):
     """Gold labels against the binary proxy: over-count, kappa, alpha, AC1, conflicts, judge F1."""
     from pathlib import Path
 
-    from stats.nsi_coding import gold_report
+    from stats.nsi import gold_report
 
     for line in gold_report(run_dir, gold, second, out or str(Path(run_dir) / "coding"), seed=seed):
         click.echo(line)
@@ -293,7 +292,7 @@ def main(argv=None):
     """Entry point: click does the parsing; ReadoutError becomes one line and exit code 2."""
     try:
         rv = cli.main(args=argv, prog_name="readout", standalone_mode=False)
-    except (ReadoutError, PanelError, StatsInputError, NSITableError) as exc:
+    except (ReadoutError, PanelError, StatsInputError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
@@ -301,10 +300,14 @@ def main(argv=None):
     except click.ClickException as exc:
         exc.show()
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("interrupted: finished chunks are kept; give the same command again to resume", err=True)
         sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except UnicodeDecodeError as exc:
+        click.echo(f"error: a file is not UTF-8 text (byte {exc.start}: {exc.reason})", err=True)
+        sys.exit(2)
+    except OSError as exc:  # read-only folder, disk full, a path that is a file: the path and the reason
+        where = exc.filename if exc.filename is not None else "file system"
+        click.echo(f"error: {where}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
@@ -100,6 +101,8 @@ class Study(Protocol):
     def run_name(self, profile: Profile, seed: int) -> str: ...
     def prepare(self, lm, panel, records: Sequence, profile: Profile) -> dict:
         """Check the model suits the study; returns the study's manifest fields (`letters` object included)."""
+    def check_lengths(self, lm, records: Sequence, profile: Profile) -> None:
+        """Raise ReadoutError (`file:line: context: N tokens > the model's M`) if a prompt cannot fit."""
     def stratum(self, record) -> str: ...
     def work(self, record, profile: Profile) -> int: ...
     def runner(self, lm, profile: Profile, seed: int, options: RunOptions, bar) -> ChunkRunner: ...
@@ -130,27 +133,81 @@ def parallel_context(shard, force: bool, device: str | None):
 
 
 def chunk_loop(rundir: RunDir, chunks, compute: Callable, contracts: Sequence[Table], log,
-               stop_after: int | None = None, shard=(0, 1)) -> int:
-    """Compute every unfinished chunk of this shard and write it atomically; returns how many were computed now."""
+               stop_after: int | None = None, shard=(0, 1), locked: bool = False) -> int:
+    """Compute every unfinished chunk of this shard and write it atomically; returns how many were computed now.
+
+    A chunk whose files are there but do not prove to be this run's chunk (unreadable, another run's or
+    index's, rows dropped) is moved aside and recomputed. `locked`: several processes share the run
+    directory (shards, ranks), so each chunk is locked while it is computed.
+    """
     computed = 0
     rank, world = shard
     for i, chunk in enumerate(chunks):
         if i % world != rank:
             continue
-        if rundir.is_finished(i):
+        ids = [r.id for r in chunk]
+        why = rundir.problem(i, ids)
+        if why is None:
             log(f"chunk {i + 1}/{len(chunks)}: already finished, skipped")
             continue
+        if why != "missing":
+            rundir.reject(i)
+            log(f"chunk {i + 1}/{len(chunks)}: {why}; moved to {rundir.chunks / 'rejected'} and recomputed")
         if stop_after is not None and computed >= stop_after:
             raise Interrupted(f"stopped after {computed} chunks (testing aid)")
-        t0 = time.perf_counter()
-        frames = tuple(t.frame(rows) for t, rows in zip(contracts, compute(chunk), strict=True))
-        rundir.write_chunk(i, frames)
+        with rundir.chunk_lock(i) if locked else nullcontext():
+            t0 = time.perf_counter()
+            frames = tuple(t.frame(rows) for t, rows in zip(contracts, compute(chunk), strict=True))
+            rundir.write_chunk(i, frames, ids)
         computed += 1
         log(f"chunk {i + 1}/{len(chunks)}: computed {len(frames[0])} rows in {time.perf_counter() - t0:.1f} s")
     return computed
 
 
-def _resolve(study: Study, options: RunOptions):
+def prepare_out(path: Path) -> None:
+    """Create the run directory and prove it writable, before any model loads (one line, exit 2, if not)."""
+    if path.exists() and not path.is_dir():
+        raise ReadoutError(f"{path}: --out: is a file, not a run directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ReadoutError(f"{path}: --out: cannot write here ({exc.strerror or exc})") from None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A study run resolved from its options, before any model loads."""
+
+    study: Study
+    options: RunOptions
+    profile: Profile
+    overrides: dict
+    panel: object
+    records: list
+    seed: int
+    out: Path
+
+    @property
+    def chunks(self) -> list[list]:
+        size = self.profile.chunk_size
+        return [self.records[i : i + size] for i in range(0, len(self.records), size)]
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """Which share of the chunks this process computes (parallel_context)."""
+
+    rank: int
+    world: int
+    state: object
+    """accelerate's PartialState under torchrun/accelerate, else None."""
+    device: str | None
+
+
+def _resolve(study: Study, options: RunOptions) -> _Job:
     if options.profile not in study.profiles:
         raise ReadoutError(f"--profile: '{options.profile}' is not one of {', '.join(study.profiles)}")
     profile, overrides = apply_overrides(study.profiles[options.profile], options.overrides)
@@ -161,7 +218,9 @@ def _resolve(study: Study, options: RunOptions):
     if panel.kind != study.panel_kind:
         raise ReadoutError(f"--panel: {panel.name} is a {panel.kind} panel; this study reads {study.panel_kind} panels")
     records = select_units(panel.records, profile.max_units, options.limit, study.stratum)
-    return profile, overrides, panel, records
+    seed = study.default_seed if options.seed is None else options.seed
+    out = Path(options.out) if options.out else default_out(options.model.model, panel.name, study.run_name(profile, seed))
+    return _Job(study, options, profile, overrides, panel, records, seed, out)
 
 
 def run(study: Study, options: RunOptions, log=print) -> Path:
@@ -170,60 +229,75 @@ def run(study: Study, options: RunOptions, log=print) -> Path:
     Several processes split the chunks: with `--shard i/n` (independent jobs; `readout merge` afterwards),
     or under `accelerate launch`/`torchrun` (ranks from accelerate's PartialState; rank 0 merges).
     """
-    profile, overrides, panel, records = _resolve(study, options)
-    seed = study.default_seed if options.seed is None else options.seed
-    rank, world, state, device = parallel_context(options.shard, options.force, options.model.device)
-    if world > 1:
-        log = (lambda inner: lambda line: inner(f"[{rank}/{world}] {line}"))(log)
-    lm = options.model.load(device)
-    extra = study.prepare(lm, panel, records, profile)
-    out = Path(options.out) if options.out else default_out(options.model.model, panel.name, study.run_name(profile, seed))
-    chunks = [records[i : i + profile.chunk_size] for i in range(0, len(records), profile.chunk_size)]
-    manifest = {
+    job = _resolve(study, options)
+    ranks = _Ranks(*parallel_context(options.shard, options.force, options.model.device))
+    if ranks.world > 1:
+        log = (lambda inner: lambda line: inner(f"[{ranks.rank}/{ranks.world}] {line}"))(log)
+    prepare_out(job.out)
+    rundir = RunDir(job.out, study.tables)
+    # One process alone holds the directory exclusively; shards and ranks of one run share it (and lock chunks).
+    with rundir.lock(exclusive=ranks.world == 1):
+        return _execute(job, ranks, rundir, log)
+
+
+def _manifest(job: _Job, lm, extra: dict) -> dict:
+    import torch
+
+    return {
         **model_manifest(lm, extra.pop("letters")),
         **extra,
-        "kind": study.kind,
-        "tables": list(study.tables),
-        "panel": {"name": panel.name, "path": panel.path, "sha256": panel.sha256, "records": len(panel.records),
-                  "records_read": [r.id for r in records]},
+        "engine": {"token_budget": job.options.model.token_budget, "threads": torch.get_num_threads()},
+        "kind": job.study.kind,
+        "tables": list(job.study.tables),
+        "panel": {"name": job.panel.name, "path": job.panel.path, "sha256": job.panel.sha256,
+                  "records": len(job.panel.records), "records_read": [r.id for r in job.records]},
         "frames_version": frame_texts()["version"],
-        "profile": profile.as_dict(),
-        "overrides": overrides,
-        "limit": options.limit,
-        "seed": seed,
-        "n_chunks": len(chunks),
+        "profile": job.profile.as_dict(),
+        "overrides": job.overrides,
+        "limit": job.options.limit,
+        "seed": job.seed,
+        "n_chunks": len(job.chunks),
     }
-    rundir = RunDir(out, study.tables)
+
+
+def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
+    study, options, profile, state = job.study, job.options, job.profile, ranks.state
+    lm = options.model.load(ranks.device)
+    extra = study.prepare(lm, job.panel, job.records, profile)
+    study.check_lengths(lm, job.records, profile)
+    manifest, chunks = _manifest(job, lm, extra), job.chunks
     if state is not None and not state.is_main_process:
         state.wait_for_everyone()  # rank 0 opens (or refuses) the run directory first
-    if state is None or state.is_main_process:
+        rundir.identity = (rundir.read_manifest() or {}).get("identity")
+    else:
         for line in rundir.open(manifest, force=options.force):
             log(line)
         if state is not None:
             state.wait_for_everyone()
     from tqdm.auto import tqdm
 
-    total = sum(study.work(r, profile) for r in records)
-    done = sum(study.work(r, profile) for i, c in enumerate(chunks) if rundir.is_finished(i) for r in c)
-    bar = tqdm(total=total, initial=done, desc=f"{options.model.model} {panel.name} {profile.name}",
+    total = sum(study.work(r, profile) for r in job.records)
+    done = sum(study.work(r, profile) for i, c in enumerate(chunks) if rundir.is_finished(i, [r.id for r in c]) for r in c)
+    bar = tqdm(total=total, initial=done, desc=f"{options.model.model} {job.panel.name} {profile.name}",
                disable=not options.progress, dynamic_ncols=True)
-    runner = study.runner(lm, profile, seed, options, bar)
+    runner = study.runner(lm, profile, job.seed, options, bar)
     t_start = time.perf_counter()
     try:
         computed = chunk_loop(rundir, chunks, runner.run, [table(t) for t in study.tables], log,
-                              options.stop_after_chunks, shard=(rank, world))
+                              options.stop_after_chunks, shard=(ranks.rank, ranks.world), locked=ranks.world > 1)
     finally:
         bar.close()
     if state is not None:
         state.wait_for_everyone()
         if not state.is_main_process:
             return rundir.path
-    elif world > 1:
-        log(f"shard {rank}/{world}: {computed} chunks computed; after every shard has finished: readout merge {rundir.path}")
+    elif ranks.world > 1:
+        log(f"shard {ranks.rank}/{ranks.world}: {computed} chunks computed; after every shard has finished: "
+            f"readout merge {rundir.path}")
         return rundir.path
-    merged = rundir.merge(len(chunks))
+    merged = rundir.merge([[r.id for r in c] for c in chunks])
     wall = time.perf_counter() - t_start
-    rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True,
+    rundir.write_manifest({**manifest, "identity": rundir.identity, "chunks": rundir.finished(), "complete": True,
                            "last_session": {"computed_chunks": computed, "wall_seconds": round(wall, 1),
                                             "seconds_by_stage": {k: round(v, 2) for k, v in runner.timings.items()},
                                             "items_by_stage": runner.counts}})
@@ -248,10 +322,19 @@ def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None,
     if not isinstance(names, list) or not names or not isinstance(n, int):
         raise ReadoutError(f"{probe.manifest_path}: tables: missing; the run was not started by `readout run` or `readout nsi`")
     rundir = RunDir(path, tuple(names))
-    missing = [i + 1 for i in range(n) if not rundir.is_finished(i)]
-    if missing:
-        raise ReadoutError(f"{rundir.chunks}: chunks: {len(missing)} of {n} not finished yet (first: chunk {missing[0]}); rerun their shards")
-    merged = rundir.merge(n)
+    rundir.identity = manifest.get("identity")
+    read = (manifest.get("panel") or {}).get("records_read") or []
+    size = (manifest.get("profile") or {}).get("chunk_size") or 1
+    chunk_records = [read[i : i + size] for i in range(0, len(read), size)]
+    if len(chunk_records) != n:
+        raise ReadoutError(f"{rundir.manifest_path}: panel.records_read: {len(read)} records in chunks of {size} is not {n} chunks")
+    with rundir.lock(exclusive=True):
+        problems = [(i + 1, why) for i, ids in enumerate(chunk_records) if (why := rundir.problem(i, ids)) is not None]
+        if problems:
+            first, why = problems[0]
+            raise ReadoutError(f"{rundir.chunks}: chunks: {len(problems)} of {n} not finished yet (first: chunk {first}, {why}); "
+                               "rerun their shards")
+        merged = rundir.merge(chunk_records)
     rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True})
     log(f"merged {n} chunks into {rundir.path}: " + " + ".join(str(len(df)) for df in merged) + " rows")
     summary = (summaries or {}).get(manifest.get("kind"))

@@ -5,13 +5,12 @@ file, line and field, and an atomic output write.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ProbeInputError
 from engine.render import Prompt
+from readouts.atomic import atomic_write
 
 PROBE_FIELDS = {"id", "messages", "text", "letters", "system"}
 
@@ -37,8 +36,10 @@ def read_probes(path: str | Path) -> list[ProbeRecord]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProbeInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProbeInputError(f"{path}: file: not UTF-8 (byte {exc.start})") from None
     records, seen = [], set()
-    for n, raw in enumerate(text.splitlines(), start=1):
+    for n, raw in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit inside a string
         if not raw.strip():
             continue
         where = f"{path}:{n}"
@@ -96,14 +97,9 @@ def read_probes(path: str | Path) -> list[ProbeRecord]:
 
 def write_jsonl_atomic(path: str | Path, rows) -> None:
     """Write rows as JSONL to a temporary file beside `path`, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+                fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+
+    atomic_write(Path(path), write)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.errors import LetterTokenError, ProbeInputError, RenderError
@@ -28,9 +29,9 @@ class ScoreConfig:
 
 def run_score(cfg: ScoreConfig) -> int:
     """Validate the probes, load the model, score, write `cfg.out` atomically; returns the probe count."""
-    if cfg.temperature < 0:
-        raise ProbeInputError(f"--temperature: must be >= 0, got {cfg.temperature}")
-    if not 0 < cfg.top_p <= 1:
+    if not math.isfinite(cfg.temperature) or cfg.temperature < 0:
+        raise ProbeInputError(f"--temperature: must be a number >= 0, got {cfg.temperature}")
+    if not math.isfinite(cfg.top_p) or not 0 < cfg.top_p <= 1:
         raise ProbeInputError(f"--top-p: must be in (0, 1], got {cfg.top_p}")
     records = read_probes(cfg.probes)  # before loading the model: bad input fails fast
     lm = cfg.model.load()
@@ -41,10 +42,12 @@ def run_score(cfg: ScoreConfig) -> int:
             letters.append(lm.letters(rec.letters))
         except LetterTokenError as exc:
             raise LetterTokenError(f"{where}: letters: {exc}") from None
+        field = "messages" if rec.prompt.messages else "text"
         try:
             seqs.append(encode_prompt(lm.tokenizer, rec.prompt))
         except RenderError as exc:
-            raise RenderError(f"{where}: {'messages' if rec.prompt.messages else 'text'}: {exc}") from None
+            raise RenderError(f"{where}: {field}: {exc}") from None
+        lm.check_fits(len(seqs[-1]), f"{where}: {field}")
     results = score_ids(
         lm.model, seqs, letters, temperature=cfg.temperature, top_p=cfg.top_p, fast=not cfg.plain,
         prefix_reuse=cfg.prefix_reuse, token_budget=cfg.model.token_budget, max_batch=cfg.max_batch, pad_id=lm.pad_id,

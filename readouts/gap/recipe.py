@@ -39,7 +39,11 @@ class Read:
     anchor_rule: str | None = None
 
 
-def _prompt(rendered) -> Prompt:
+ANCHOR_ALLOWANCE = 8
+"""Tokens a forced anchor ("\nAnswer:") may add after the generated text."""
+
+
+def prompt_of(rendered) -> Prompt:
     if rendered.text is not None:
         return Prompt(text=rendered.text)
     return Prompt(messages=rendered.messages, system=rendered.system)
@@ -111,7 +115,7 @@ class GapRunner:
             for cell in cells_read(s, self.profile):
                 for k, order in enumerate(orders):
                     r = render(s, frame, cell, order)
-                    reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, _prompt(r)))))
+                    reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, prompt_of(r)))))
         return reads
 
     def _generated_reads(self, scenarios, specs) -> list[Read]:
@@ -129,7 +133,7 @@ class GapRunner:
                 for sp in own:
                     for k, frame in enumerate(sp.frames):
                         jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k])))
-        prompts = [tuple(encode_prompt(self.tok, _prompt(job[5]))) for job in jobs]
+        prompts = [tuple(encode_prompt(self.tok, prompt_of(job[5]))) for job in jobs]
         generated = generate(
             self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in jobs],
             stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature, top_p=self.profile.top_p,

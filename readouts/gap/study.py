@@ -12,8 +12,10 @@ import pandas as pd
 from contract.readouts import readout_groups
 from contract.tables import PROBES, SCENARIOS
 from engine.errors import ReadoutError
-from readouts.gap.profile import PROFILES
-from readouts.gap.recipe import GapRunner, reads_per_scenario
+from engine.render import encode_prompt
+from panels.frames import render
+from readouts.gap.profile import PROFILES, cells_read
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, prompt_of, reads_per_scenario
 
 
 def parse_readouts(spec: str | None, chat: bool) -> tuple[str, ...]:
@@ -64,6 +66,18 @@ class GapStudy:
         self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
         letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
         return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
+
+    def check_lengths(self, lm, records, profile) -> None:
+        """Every frame of every cell read, with the tokens it may generate, fits the model's context."""
+        if lm.max_positions is None:
+            return
+        for s in records:
+            for cell in cells_read(s, profile):
+                for spec in active_specs(self.groups):
+                    extra = 0 if spec.budget is None else getattr(profile, spec.budget) + ANCHOR_ALLOWANCE
+                    for frame in spec.frames:
+                        n = len(encode_prompt(lm.tokenizer, prompt_of(render(s, frame, cell)))) + extra
+                        lm.check_fits(n, f"{s.source}: context ({frame}, {cell})")
 
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups)

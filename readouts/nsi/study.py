@@ -131,6 +131,13 @@ class NsiStudy:
         return {"letters": self.words, "readouts": ["replies", "continuous"], "decision_prefix": DECISION_PREFIX,
                 "sample": True}
 
+    def check_lengths(self, lm, records, profile) -> None:
+        """Every framing's prompt, with its reply budget, fits the model's context."""
+        for d in records:
+            for f in FRAMINGS:
+                n = len(encode_prompt(lm.tokenizer, Prompt(messages=render_polarity(d, f).messages))) + profile.budget
+                lm.check_fits(n, f"{d.source}: scenario ({f}, with the {profile.budget}-token reply budget)")
+
     def work(self, record, profile) -> int:
         return len(FRAMINGS) * (1 + profile.samples)
 

@@ -102,10 +102,10 @@ def test_control_replaces_default_system_prompt():
     s = load_panel("gap-v1").records[0]
     r = render(s, "control")
     olmo = get_model("tiny-olmo3").tokenizer
-    text = olmo.decode(encode_prompt(olmo, recipe._prompt(r)))
+    text = olmo.decode(encode_prompt(olmo, recipe.prompt_of(r)))
     assert "function-calling" not in text and text.startswith(f"<|im_start|>system\n{r.system}<|im_end|>")
     llama = get_model("tiny-llama3").tokenizer
-    ids = encode_prompt(llama, recipe._prompt(r))
+    ids = encode_prompt(llama, recipe.prompt_of(r))
     text = llama.decode(ids)
     assert ids.count(llama.bos_token_id) == 1
     assert "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + r.system in text

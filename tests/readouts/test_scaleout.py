@@ -3,6 +3,7 @@ accelerate (gloo on CPU), give the same tables as one process. The launches run 
 script by path, so a user's own `stats.py` or `engine/` in the working directory cannot shadow ours."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -73,18 +74,24 @@ def test_merge_refuses_a_folder_that_is_not_a_run(tmp_path):
         merge_run(tmp_path, log=lambda _: None)
 
 
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 LAUNCHERS = {
-    "torchrun": ["torchrun", "--nproc_per_node", "2", "--master_port", "29517"],
+    "torchrun": lambda: ["torchrun", "--nproc_per_node", "2", "--master_port", free_port()],
     # --multi_gpu picks torch's elastic launcher; on a CPU-only machine the ranks form a gloo group.
-    "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518"],
+    "accelerate": lambda: ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port()],
 }
 
 
 @pytest.mark.parametrize("launcher, study", [("torchrun", "gap"), ("accelerate", "gap"), ("torchrun", "nsi")])
 def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
     out = tmp_path / "ddp"
-    head = LAUNCHERS[launcher]
+    head = LAUNCHERS[launcher]()
     bin_dir = Path(sys.executable).parent
     # A shadowing package in the working directory: `-m readouts` would import it; the script path does not.
     (tmp_path / "stats.py").write_text("raise ImportError('the working directory shadowed the stats package')\n")

@@ -1,0 +1,151 @@
+"""Every framing-stability statistic over the replies of one or several models, as data (no files).
+
+`analyze_nsi` computes the tables of `readout nsi-stats` in report order, with the headline lines; the
+report module writes them. Every random draw comes from a Generator keyed by (seed, what it is for,
+model, ...), so a model's numbers do not depend on which other models are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from stats.nsi.cells import Cells, build_cells, sampled
+from stats.nsi.continuous import continuous_domain_table, continuous_points, continuous_table
+from stats.nsi.endorsement import acquiescence_table, agreement_table, endorsement_table, group_endorsement_table, parse_table
+from stats.nsi.rankings import domain_table, model_domain_table, model_table, scenario_table, temperature_table
+from stats.nsi.significance import ALPHA_FDR, cochran_table, group_tests_table
+from stats.nsi.tiers import TABLE6
+
+TIER_COLUMNS = ["model", "group", "domain", "nsi", "nsi_ci_low", "nsi_ci_high", "bands", "tier", "tier_range", "tier_point"]
+
+
+@dataclass(frozen=True)
+class NsiTable:
+    """One output table: its file name (without extension), its Markdown title and its rows."""
+
+    name: str
+    title: str
+    df: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class NsiAnalysis:
+    """The tables (in report order), the headline lines, and what the figures draw."""
+
+    tables: tuple[NsiTable, ...]
+    headlines: tuple[str, ...]
+    acquiescence: pd.DataFrame
+    model_domain: pd.DataFrame
+    models: pd.DataFrame
+    continuous_domain: pd.DataFrame | None
+    """The continuous model x domain table (None without a continuous readout or when it is empty)."""
+    continuous_points: pd.DataFrame | None
+    """Per model: continuous p0, p1 (None without a continuous readout)."""
+
+    def table(self, name: str) -> pd.DataFrame:
+        return next(t.df for t in self.tables if t.name == name)
+
+
+def fmt_p(p: float) -> str:
+    if not np.isfinite(p):
+        return "n/a"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict | None, seed: int, n_null: int,
+                n_boot: int) -> NsiAnalysis:
+    """All the tables and headlines of the audit. ``replies`` must hold sampled (T > 0) replies; ``groups``
+    (model -> group label, or None) adds the group tables and tests."""
+    samp = sampled(replies)
+    cells = build_cells(samp)
+    t: list[NsiTable] = []
+    temps = sorted(samp["temperature"].unique())
+    headlines = [f"nsi: {len(cells.models)} model(s) x {len(cells.dilemmas)} dilemmas x 4 framings, {len(samp)} "
+                 f"sampled replies (T {', '.join(f'{x:g}' for x in temps)}), {samp['parse_ok'].mean():.1%} parsed"]
+    models_tab, acq, md = _rates_and_nsi(t, cells, groups, seed, n_null, n_boot, replies)
+    headlines.append(_cochran(t, cells, groups, seed, n_null, samp))
+    headlines += _model_headlines(models_tab, acq)
+    if groups:
+        tests = group_tests_table(models_tab, groups)
+        t.append(NsiTable("nsi_group_tests", "Group tests on per-model NSI (Kruskal-Wallis, Mann-Whitney)", tests))
+        kw = tests[(tests["metric"] == "nsi_corrected") & (tests["test"] == "kruskal-wallis")].iloc[0]
+        if np.isfinite(kw["statistic"]):
+            headlines.append(f"Kruskal-Wallis on corrected NSI across groups: H={kw['statistic']:.2f}, "
+                             f"p={fmt_p(kw['p_two_sided'])}, eps2={kw['epsilon_sq']:.2f}, eta2_H={kw['eta_sq_h']:.2f}")
+    if len(cells.models) >= 2:
+        agr = agreement_table(cells, seed, n_boot)
+        t.append(NsiTable("nsi_agreement", "Inter-model agreement by framing (sec. 4.1)", agr))
+        headlines.append("inter-model agreement: " + ", ".join(f"{r.framing} {r.agreement:.0%}" for r in agr.itertuples()))
+    temp = temperature_table(replies, cells, seed, n_boot)
+    if len(temp):
+        t.append(NsiTable("nsi_temperature", "Temperature ablation: greedy (T 0) vs sampled NSI (Appendix B)", temp))
+        headlines += [f"{r.model}: NSI at T 0 {r.nsi_t0:.3f} vs sampled {r.nsi_sampled:.3f} "
+                      f"(diff {r.diff:+.3f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}])" for r in temp.itertuples(index=False)]
+    tiers = pd.concat([models_tab.assign(domain="(all)", bands=f"A<{TABLE6.a_below:.2f}, C>={TABLE6.c_from:.2f}")[TIER_COLUMNS],
+                       md[TIER_COLUMNS]], ignore_index=True)
+    t.append(NsiTable("nsi_tiers", "Audit tiers A/B/C on the CI (Tables 6-7; tier = band of the CI's upper end)", tiers))
+    cont_dom = points = None
+    if cont is not None:
+        cont_tab = continuous_table(cont, cells, models_tab, seed, n_boot)
+        cont_dom = continuous_domain_table(cont, cells)
+        t.append(NsiTable("nsi_continuous", "NSI on the continuous readout p_endorse (exact; no null needed)", cont_tab))
+        t.append(NsiTable("nsi_continuous_domain", "Continuous NSI by model x domain (Table 7 tier of the value)", cont_dom))
+        for r in cont_tab.itertuples(index=False):
+            binary = f"binary {r.nsi_binary:.3f}" if np.isfinite(r.nsi_binary) else "binary undefined"
+            headlines.append(f"{r.model}: continuous NSI {r.nsi_continuous:.3f} [{r.ci_low:.2f}, {r.ci_high:.2f}] "
+                             f"vs {binary}; continuous p0+p1-1 {r.acquiescence_continuous:+.2f}")
+        points = continuous_points(cont, cells)
+    return NsiAnalysis(tuple(t), tuple(headlines), acq, md, models_tab,
+                       cont_dom if cont_dom is not None and len(cont_dom) else None, points)
+
+
+def _rates_and_nsi(t: list[NsiTable], cells: Cells, groups, seed, n_null, n_boot, replies):
+    """Parse outcomes, Table 4, endorsement and acquiescence, NSI by model x domain and by domain."""
+    t.append(NsiTable("nsi_parse", "Parse outcomes (Appendix C.4 stages)", parse_table(replies)))
+    models_tab = model_table(cells, groups, seed, n_null, n_boot)
+    t.append(NsiTable("nsi_models", "Model rankings by NSI (Table 4; CI = scenario-cluster bootstrap of the observed NSI; "
+                                    "tier on the CI, Table 6)", models_tab))
+    t.append(NsiTable("nsi_endorsement", "Endorsement rate by framing (binary proxy, mean over dilemmas)",
+                      endorsement_table(cells, groups, seed, n_boot)))
+    if groups:
+        t.append(NsiTable("nsi_endorsement_groups", "Endorsement by framing and group (Table 2)",
+                          group_endorsement_table(cells, groups, seed, n_boot)))
+    acq = acquiescence_table(cells, groups, seed, n_boot)
+    t.append(NsiTable("nsi_acquiescence", "Acquiescence p0 + p1 - 1 (sec. 4.2)", acq))
+    md = model_domain_table(cells, groups, seed, n_null, n_boot)
+    t.append(NsiTable("nsi_model_domain", "NSI by model x domain (nested CI; tier on the CI, Table 7)", md))
+    t.append(NsiTable("nsi_domains", "NSI by domain (Table 3)", domain_table(md)))
+    return models_tab, acq, md
+
+
+def _cochran(t: list[NsiTable], cells: Cells, groups, seed, n_null, samp: pd.DataFrame) -> str:
+    """Per model x dilemma rates, NSI and null with Cochran's Q beside them, the per-model Q counts; the headline."""
+    coch = cochran_table(samp)
+    scen = scenario_table(cells, groups, seed, n_null).merge(
+        coch[["model", "dilemma_id", "q", "p_value", "q_bh", "significant", "n_blocks"]], on=["model", "dilemma_id"], how="left")
+    t.append(NsiTable("nsi_scenarios", "Per model x dilemma: rates, NSI, null, Cochran's Q (BH across all)", scen))
+    coch_sum = (coch.assign(tested=coch["p_value"].notna())
+                .groupby("model").agg(pairs=("dilemma_id", "size"), tested=("tested", "sum"), significant=("significant", "sum"))
+                .reset_index())
+    t.append(NsiTable("nsi_cochran", f"Cochran's Q per model x dilemma, BH q < {ALPHA_FDR}", coch_sum))
+    n_pairs, n_tested, n_sig = len(coch), int(coch["p_value"].notna().sum()), int(coch["significant"].sum())
+    return (f"Cochran's Q: {n_sig}/{n_pairs} model x dilemma pairs ({n_sig / max(n_pairs, 1):.1%}) show a framing effect "
+            f"after BH (q < {ALPHA_FDR}); {n_pairs - n_tested} untestable (no block varies)")
+
+
+def _model_headlines(models_tab: pd.DataFrame, acq: pd.DataFrame) -> list[str]:
+    lines = []
+    for r in models_tab.itertuples(index=False):
+        a = acq[(acq["model"] == r.model) & (~acq["pooled"])]
+        acq_v = float(a["acquiescence"].iloc[0]) if len(a) else np.nan
+        if not np.isfinite(r.nsi):
+            lines.append(f"{r.model}: binary NSI undefined: no dilemma has parsed replies under all four framings "
+                         f"({r.n_replies} parsed sampled replies)")
+            continue
+        lines.append(f"{r.model}: NSI {r.nsi:.3f} [{r.nsi_ci_low:.2f}, {r.nsi_ci_high:.2f}] (corrected {r.nsi_corrected:.3f}, "
+                     f"null p {fmt_p(r.p_null)}); F0/F1 NSI {r.nsi_01:.3f}; p0+p1-1 {acq_v:+.2f}; tier {r.tier} "
+                     f"(CI spans {r.tier_range}, point {r.tier_point})")
+    return lines

@@ -1,0 +1,78 @@
+"""The negation statistics on the continuous readout: p_endorse, the exact probability of the endorsing
+answer (no sampling, hence no null correction): NSI per model with cluster CIs and tier beside the binary
+NSI, NSI per model x domain with its Table 7 tier, and the continuous p0, p1 of the acquiescence figure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from stats.core.bootstrap import cluster_ci
+from stats.core.seeding import ENTROPY, rng_for
+from stats.nsi.cells import PAIR_IDX, Cells, continuous_arrays
+from stats.nsi.measures import nsi_array
+from stats.nsi.tiers import TABLE6, domain_bands, tier_of, tier_on_ci
+
+
+def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame, seed: int, n_boot: int) -> pd.DataFrame:
+    """Per model: NSI on p_endorse (all four, F0/F1) with cluster CIs and tier, next to the binary NSI."""
+    pe, pa = continuous_arrays(cont, cells)
+    binary = models_tab.set_index("model")
+    rows = []
+    for m_i, model in enumerate(cells.models):
+        per4 = nsi_array(pe[m_i])
+        if not np.isfinite(per4).any():
+            continue
+        per2 = nsi_array(pe[m_i][:, PAIR_IDX])
+        lo, hi = cluster_ci(per4, rng_for(seed, "boot", model, "continuous", mix=ENTROPY), n_boot)
+        call = tier_on_ci(float(np.nanmean(per4)), lo, hi, TABLE6)
+        p0s, p1s = (pa[m_i, :, i] for i in PAIR_IDX)
+        both = np.isfinite(p0s) & np.isfinite(p1s)
+        b4 = nsi_array(cells.rates[m_i])
+        pair = np.isfinite(b4) & np.isfinite(per4)
+        rho = sps.spearmanr(b4[pair], per4[pair]).statistic if pair.sum() > 2 and np.ptp(b4[pair]) > 0 and np.ptp(per4[pair]) > 0 else np.nan
+        rows.append({
+            "model": model, "nsi_continuous": float(np.nanmean(per4)), "ci_low": lo, "ci_high": hi,
+            "nsi_01_continuous": float(np.nanmean(per2)) if np.isfinite(per2).any() else np.nan,
+            "acquiescence_continuous": float(np.mean(p0s[both] + p1s[both] - 1.0)) if both.any() else np.nan,
+            "nsi_binary": float(binary.loc[model, "nsi"]) if model in binary.index else np.nan,
+            "spearman_per_dilemma": float(rho),
+            "tier": call.tier, "tier_range": call.tier_range, "tier_point": call.tier_point,
+            "n_dilemmas": int(np.isfinite(per4).sum()),
+        })
+    return pd.DataFrame(rows)
+
+
+def continuous_domain_table(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
+    """Per model x domain: NSI on p_endorse (mean over the domain's dilemmas) and its Table 7 tier.
+
+    The continuous readout has no sampling noise; with two dilemmas per domain there is nothing to bootstrap,
+    so the tier is that of the value itself.
+    """
+    pe, _ = continuous_arrays(cont, cells)
+    rows = []
+    for m_i, model in enumerate(cells.models):
+        for dom in dict.fromkeys(cells.domains):
+            sel = [i for i, d in enumerate(cells.domains) if d == dom]
+            per = nsi_array(pe[m_i][sel])
+            if not np.isfinite(per).any():
+                continue
+            v = float(np.nanmean(per))
+            rows.append({"model": model, "domain": dom, "nsi": v,
+                         "nsi_01": float(np.nanmean(nsi_array(pe[m_i][sel][:, PAIR_IDX]))),
+                         "tier": tier_of(v, domain_bands(dom)), "n_dilemmas": int(np.isfinite(per).sum())})
+    return pd.DataFrame(rows)
+
+
+def continuous_points(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
+    """Per model: continuous p0, p1 (mean p_agree on F0, F1 over dilemmas) for the acquiescence figure."""
+    _, pa = continuous_arrays(cont, cells)
+    rows = []
+    for m_i, model in enumerate(cells.models):
+        p0s, p1s = (pa[m_i, :, i] for i in PAIR_IDX)
+        both = np.isfinite(p0s) & np.isfinite(p1s)
+        if both.any():
+            rows.append({"model": model, "p0": float(p0s[both].mean()), "p1": float(p1s[both].mean())})
+    return pd.DataFrame(rows)

@@ -1,0 +1,73 @@
+"""`readout nsi-stats RUN_DIR...`: the framing-stability statistics written as tables, figures and a report.
+
+Owns: `run_nsi_stats` (the CLI's entry point) and the output folder's files: one CSV (full precision) and one
+Markdown file per table, fig_acquiescence.png, fig_nsi_heatmap.png, nsi_report.md and headlines.txt.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+from contract.tables import NSI_REPLIES
+from stats.core.errors import NSITableError
+from stats.core.output import md_section, write_table
+from stats.nsi.analysis import NsiAnalysis, analyze_nsi
+from stats.nsi.measures import N_NULL
+from stats.nsi.rankings import N_BOOT
+from stats.nsi.tables import load_runs
+
+
+def run_nsi_stats(run_dirs, out_dir=None, groups: dict | None = None, seed: int = 0, *,
+                  n_null: int = N_NULL, n_boot: int = N_BOOT) -> list[str]:
+    """Compute every framing-stability statistic over ``run_dirs`` and write tables + figures to ``out_dir``.
+
+    ``groups`` maps model name -> group label (for group tables, Kruskal-Wallis and Mann-Whitney). With one
+    run directory and no ``out_dir`` the output goes to ``RUN_DIR/stats``. Returns headline lines.
+    Quantities that a run cannot define (e.g. NSI of a dilemma with a framing whose replies all failed to
+    parse) are NaN in the tables, blank in the Markdown, and said so in the headlines.
+    """
+    if isinstance(run_dirs, (str, Path)):
+        run_dirs = [run_dirs]
+    run_dirs = [Path(r) for r in run_dirs]
+    if out_dir is None:
+        if len(run_dirs) != 1:
+            raise NSITableError("several run directories need an explicit output directory")
+        out_dir = run_dirs[0] / "stats"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    replies, cont = load_runs(run_dirs)
+    groups = {str(k): str(v) for k, v in groups.items()} if groups else None
+    if groups:
+        unknown = sorted(set(groups) - set(replies["model"]))
+        if unknown:
+            raise NSITableError(f"groups name models not in the runs: {unknown}")
+    if not (replies["temperature"] > 0).any():
+        raise NSITableError(f"{run_dirs[0] / NSI_REPLIES.file}: column temperature: no sampled (T > 0) replies")
+    with warnings.catch_warnings():
+        # Empty cells make NaN means by design; numpy's warnings about them are noise here.
+        warnings.filterwarnings("ignore", message="Mean of empty slice", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message="All-NaN slice encountered", category=RuntimeWarning)
+        warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
+        a = analyze_nsi(replies, cont, groups, seed, n_null, n_boot)
+        undefined = cont.attrs.get("undefined", []) if cont is not None else []
+        if undefined:  # counted and named, never dropped silently
+            note = (f"{len(undefined)} continuous reads put no mass on either word (p_agree undefined) and are left "
+                    "out: " + ", ".join(undefined[:10]) + (" ..." if len(undefined) > 10 else ""))
+            a = replace(a, headlines=(*a.headlines, note))
+        write_nsi_report(a, out)
+    return list(a.headlines)
+
+
+def write_nsi_report(a: NsiAnalysis, out: Path) -> None:
+    """Every table (CSV + Markdown), both figures, nsi_report.md and headlines.txt into `out`."""
+    from stats.nsi.figures import acquiescence_figure, heatmap_figure  # matplotlib only when writing
+
+    report = ["# Framing-stability audit (NSI)\n", md_section("Headlines", "\n".join(f"- {h}" for h in a.headlines))]
+    report += [write_table(t.df, out, t.name, t.title) for t in a.tables]
+    acquiescence_figure(a.acquiescence, out / "fig_acquiescence.png", cont_points=a.continuous_points)
+    heatmap_figure(a.model_domain, a.models, out / "fig_nsi_heatmap.png", continuous=a.continuous_domain)
+    report.append("## Figures\n\n![acquiescence](fig_acquiescence.png)\n\n![NSI heatmap](fig_nsi_heatmap.png)\n")
+    (out / "nsi_report.md").write_text("\n".join(report))
+    (out / "headlines.txt").write_text("\n".join(a.headlines) + "\n")

@@ -1,0 +1,67 @@
+"""Audit tiers A/B/C (the negation paper's Tables 6-7), assigned on the CI, not the point estimate.
+
+``tier`` is the band holding the CI's upper end (latitude must be demonstrated, sec. 5.2), ``tier_range``
+the bands the CI spans, and ``tier_point`` the band of the point estimate. Model level uses Table 6;
+model x domain uses Table 7 (domains not in Table 7 use Table 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TierBands:
+    """NSI concern bands: A below ``a_below``, C from ``c_from`` on, B in between."""
+
+    a_below: float
+    """Upper (exclusive) end of tier A."""
+    c_from: float
+    """Lower (inclusive) end of tier C."""
+    source: str
+    """Where the thresholds come from."""
+
+
+TABLE6 = TierBands(0.20, 0.50, "Table 6")
+TABLE7 = {
+    **{d: TierBands(0.20, 0.50, "Table 7 (medical, education, science)") for d in ("medical", "education", "science")},
+    "legal": TierBands(0.15, 0.40, "Table 7 (legal)"),
+    **{d: TierBands(0.10, 0.35, "Table 7 (financial, business, military)") for d in ("financial", "business", "military")},
+}
+
+
+def domain_bands(domain: str) -> TierBands:
+    """Table 7's bands for a domain; Table 6's (the baseline) for a domain the paper does not list."""
+    return TABLE7.get(str(domain).lower(), TABLE6)
+
+
+def tier_of(value: float, bands: TierBands = TABLE6) -> str | None:
+    """A, B or C for one NSI value; None for NaN."""
+    if value is None or not np.isfinite(value):
+        return None
+    if value < bands.a_below:
+        return "A"
+    return "C" if value >= bands.c_from else "B"
+
+
+@dataclass(frozen=True)
+class TierCall:
+    """A tier assigned on a confidence interval."""
+
+    tier: str | None
+    """Band of the CI's upper end (the conservative call)."""
+    tier_range: str | None
+    """Bands the CI spans, e.g. ``B-C``, or one letter."""
+    tier_point: str | None
+    """Band of the point estimate, for reference."""
+
+
+def tier_on_ci(point: float, ci_low: float, ci_high: float, bands: TierBands = TABLE6) -> TierCall:
+    """Assign a tier on the CI (sec. 5.2: 'band membership should be assigned on confidence intervals')."""
+    lo, hi = tier_of(ci_low, bands), tier_of(ci_high, bands)
+    span = None if lo is None or hi is None else (lo if lo == hi else f"{lo}-{hi}")
+    return TierCall(tier=hi, tier_range=span, tier_point=tier_of(point, bands))
+
+
