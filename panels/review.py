@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from panels.jsonl import jsonl_objects
 from panels.schema import Panel, PanelError, Scenario
 
 REVIEW_REQUIRED = frozenset({"gap-v2"})
@@ -110,24 +111,9 @@ def read_review(panel: Panel, path: str | Path | None = None, require_passed: bo
     PanelError on the first problem. With `require_passed=False` failed reviews are returned instead of
     refused (to list what still needs work)."""
     path = Path(path) if path is not None else review_path(panel.path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise PanelError(f"{path}: file: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise PanelError(f"{path}: file: not UTF-8") from None
     scenarios = {s.id: s for s in panel.records}
     reviews: dict[str, Review] = {}
-    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit inside a string
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PanelError(f"{where}: json: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            _fail(where, "json", "each line must be a JSON object")
+    for where, obj in jsonl_objects(path, PanelError):
         review = _line(obj, where, scenarios)
         if review.id in reviews:
             _fail(where, "id", f"'{review.id}' is already reviewed at line {reviews[review.id].source.rsplit(':', 1)[1]}")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from contract.names import CELLS, PARAPHRASE_CELLS
+from panels.jsonl import jsonl_objects, read_bytes
 
 FAMILIES = ("F1", "F2", "F3", "F4", "F5")
 SLOT = "{pressure}"
@@ -360,25 +360,10 @@ def load_panel(name_or_path: str, review: bool = True) -> Panel:
     `review=False` loads the scenarios alone (to read a panel while its review is being written).
     """
     path = resolve_panel(name_or_path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PanelError(f"{path}: file: cannot read ({exc.strerror or exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PanelError(f"{path}: file: not UTF-8") from None
+    data = read_bytes(path, PanelError)
     records, seen, kind = [], {}, None
-    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit inside a string
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PanelError(f"{where}: json: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            _fail(where, "json", "each line must be a JSON object")
+    for where, obj in jsonl_objects(path, PanelError, data):
+        n = int(where.rsplit(":", 1)[1])
         this_kind = "nsi" if "action" in obj and "goal" in obj else "gap"
         if kind is None:
             kind = this_kind

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine.errors import ProbeInputError
 from engine.render import Prompt
+from panels.jsonl import jsonl_objects
 from readouts.atomic import atomic_write
 
 PROBE_FIELDS = {"id", "messages", "text", "letters", "system"}
@@ -32,23 +33,9 @@ class ProbeRecord:
 def read_probes(path: str | Path) -> list[ProbeRecord]:
     """Parse and validate a probe JSONL file; ProbeInputError('file:line: field: problem') otherwise."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProbeInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProbeInputError(f"{path}: file: not UTF-8 (byte {exc.start})") from None
     records, seen = [], set()
-    for n, raw in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit inside a string
-        if not raw.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ProbeInputError(f"{where}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise ProbeInputError(f"{where}: a probe must be a JSON object")
+    for where, obj in jsonl_objects(path, ProbeInputError):
+        line = int(where.rsplit(":", 1)[1])
         unknown = sorted(set(obj) - PROBE_FIELDS)
         if unknown:
             raise ProbeInputError(f"{where}: {unknown[0]}: unknown field (allowed: {', '.join(sorted(PROBE_FIELDS))})")
@@ -89,7 +76,7 @@ def read_probes(path: str | Path) -> list[ProbeRecord]:
             text=obj.get("text"),
             system=obj.get("system"),
         )
-        records.append(ProbeRecord(pid, prompt, tuple(letters), n))
+        records.append(ProbeRecord(pid, prompt, tuple(letters), line))
     if not records:
         raise ProbeInputError(f"{path}: no probes (the file is empty)")
     return records

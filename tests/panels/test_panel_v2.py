@@ -34,7 +34,8 @@ def test_valid_paraphrase_loads_and_renders_as_a_scenario():
     p = s.paraphrase
     assert p.writer == "writer-b" and p.writer != s.generator
     assert [o.id for o in p.options] == [o.id for o in s.options]
-    assert s.cells == ("primary", "twin")  # the paraphrase is not a cell of the scenario itself
+    assert s.cells == ("primary", "twin", "paraphrase", "paraphrase_twin")  # read as cells of their own
+    assert s.paraphrased().cells == ("primary", "twin")
     view = s.paraphrased()
     assert (view.id, view.family, view.violating, view.norm, view.generator) == (s.id, s.family, s.violating, s.norm, s.generator)
     assert view.paraphrase is None and view.options == p.options

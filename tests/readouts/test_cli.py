@@ -84,7 +84,7 @@ def test_any_local_causal_lm_folder_works(tmp_path, capsys, model_type, dims):
 @pytest.mark.parametrize(
     "rows,model,expect",
     [
-        (['{"id": 1, "text": "x", "letters": ["A","B"]}', '{"id": 2, "text": '], "tiny-qwen2", "p.jsonl:2: invalid JSON"),
+        (['{"id": 1, "text": "x", "letters": ["A","B"]}', '{"id": 2, "text": '], "tiny-qwen2", "p.jsonl:2: json: invalid JSON"),
         ([{"id": 1, "text": "x"}], "tiny-qwen2", "p.jsonl:1: letters: missing"),
         ([{"id": 1, "text": "x", "letters": ["A", "AB"]}], "tiny-qwen2", "p.jsonl:1: letters: letter 'AB'"),
         ([{"id": 1, "messages": MSG, "text": "x", "letters": ["A", "B"]}], "tiny-qwen2", "p.jsonl:1: messages/text"),
@@ -108,7 +108,7 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, monkeypatch, rows, model, e
 
 def test_missing_probe_file(tmp_path, capsys):
     code, _, err = run(["score", str(tmp_path / "none.jsonl"), "-m", "tiny-qwen2", "-o", str(tmp_path / "o")], capsys)
-    assert code == 2 and "none.jsonl: cannot read" in err
+    assert code == 2 and "none.jsonl: file: cannot read" in err
 
 
 def test_usage_error_exits_2(capsys):
