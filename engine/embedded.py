@@ -11,11 +11,10 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from engine.errors import ModelUnavailableError
-from engine.paths import build_lock, cache_root
+from engine.paths import build_lock, cache_root, staging_dir
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERT_VERSION = 1
@@ -59,8 +58,7 @@ def _convert(final: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=final.parent))
+    tmp = staging_dir(final)
     try:
         tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
         model = AutoModelForCausalLM.from_pretrained(

@@ -30,3 +30,16 @@ def build_lock(name: str):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh folder beside `final` to build into before renaming it there, with the permissions the umask
+    gives new folders (mkdtemp makes 0700, which would make a shared cache private to one user)."""
+    import tempfile
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    tmp.chmod(0o777 & ~mask)
+    return tmp

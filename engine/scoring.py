@@ -153,15 +153,7 @@ def score_ids(
     """
     from tqdm.auto import tqdm
 
-    if len(seqs) != len(letters):
-        raise ProbeInputError(f"{len(seqs)} prompts but {len(letters)} letter sets")
-    seqs = [list(s) for s in seqs]
-    if any(len(s) == 0 for s in seqs):
-        raise ProbeInputError("a prompt encodes to zero tokens")
-    vocab = model.get_output_embeddings().weight.shape[0]
-    for lt in letters:
-        if any(t >= vocab for ids in lt.token_ids for t in ids):
-            raise ProbeInputError(f"letters {list(lt.letters)}: a token id is beyond the model's {vocab} output rows")
+    seqs = _checked(model, seqs, letters)
     stats = stats if stats is not None else ScoreStats()
     stats.prompt_tokens += sum(len(s) for s in seqs)
     results: list[LetterMass | None] = [None] * len(seqs)
@@ -171,9 +163,8 @@ def score_ids(
         for i, s in enumerate(seqs):
             logits = plain_next_token_logits(model, s)
             results[i] = letter_masses(logits[None], [letters[i]], [len(s)], temperature, top_p)[0]
-            stats.computed_tokens += len(s)
-            stats.padded_tokens += len(s)
-            stats.forward_passes += 1
+            stats.computed_tokens, stats.padded_tokens, stats.forward_passes = (
+                stats.computed_tokens + len(s), stats.padded_tokens + len(s), stats.forward_passes + 1)
             bar.update(1)
         bar.close()
         return results
@@ -194,18 +185,7 @@ def score_ids(
         # Shared prefixes are padded to a common cache length, which shifts cache positions; keep the
         # sliding-window mask exact by not reusing prefixes when sequences approach the window.
         prefix_reuse = False
-    plan: list[PrefixGroup] = []
-    given: dict[int, list] = {}  # node index -> keys/values of a known prefix
-    if not prefix_reuse:
-        plan = [PrefixGroup(0, (i,)) for i in range(len(uniq))]
-    else:  # one tree per known prefix the prompts start with (rooted on its cache), one for the rest
-        for key, indices in by_known_prefix(uniq, known_prefixes).items():
-            offset = len(plan)
-            for g in plan_prefix_groups([uniq[i] for i in indices], min_prefix=min_prefix, cached=len(key)):
-                parent = None if g.parent is None else g.parent + offset
-                plan.append(PrefixGroup(g.prefix_len, tuple(indices[m] for m in g.members), parent))
-            if key:
-                given[offset] = known_prefixes[key]
+    plan, given = _plan(uniq, prefix_reuse, known_prefixes, min_prefix)
     stats.prefix_groups += sum(1 for g in plan if g.prefix_len)
     stats.group_sizes += [len(g.members) for g in plan if g.prefix_len and g.members]
 
@@ -215,17 +195,13 @@ def score_ids(
         tree = _Tree(model, plan, {}, pad_id, device, stats)
         kv = tree.kv
         rep = representatives(plan)
+        bounds = _Bounds(budget, held, max_batch)
         for w, wave in enumerate(node_waves):
-            _node_kv(tree, uniq, rep, wave, given, _Bounds(budget, held, max_batch))
+            _node_kv(tree, uniq, rep, wave, given, bounds)
             cached = sum(layers[0][0].shape[2] for layers in kv.values())
             stats.peak_cached_tokens = max(stats.peak_cached_tokens, cached)
             items = [(u, node, plan[node].prefix_len) for node in wave for u in plan[node].members]
-            items.sort(key=lambda it: (len(uniq[it[0]]) - it[2], it[2]))
-            cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
-            for batch in token_batches(items, cost, budget, held, max_batch):
-                rows = [(uniq[u][plen:], node) for u, node, plen in batch]
-                logits = halving_on_oom(lambda b: _forward_on_nodes(tree, b, read=True), rows,
-                                        lambda a, b: torch.cat([a, b]), stats)
+            for batch, logits in _read_wave(tree, uniq, items, bounds):
                 picks = [(row, i) for row, (u, _, _) in enumerate(batch) for i in copies[u]]
                 masses = letter_masses(logits[[row for row, _ in picks]], [letters[i] for _, i in picks],
                                        [len(seqs[i]) for _, i in picks], temperature, top_p)
@@ -236,6 +212,48 @@ def score_ids(
                 del kv[k]
     bar.close()
     return results
+
+
+def _checked(model, seqs, letters) -> list[list[int]]:
+    """The prompts as lists, after the checks that keep a bad input from reaching the model."""
+    if len(seqs) != len(letters):
+        raise ProbeInputError(f"{len(seqs)} prompts but {len(letters)} letter sets")
+    seqs = [list(s) for s in seqs]
+    if any(len(s) == 0 for s in seqs):
+        raise ProbeInputError("a prompt encodes to zero tokens")
+    vocab = model.get_output_embeddings().weight.shape[0]
+    for lt in letters:
+        if any(t >= vocab for ids in lt.token_ids for t in ids):
+            raise ProbeInputError(f"letters {list(lt.letters)}: a token id is beyond the model's {vocab} output rows")
+    return seqs
+
+
+def _plan(uniq, prefix_reuse: bool, known_prefixes, min_prefix: int) -> tuple[list[PrefixGroup], dict[int, list]]:
+    """The prefix tree over the distinct prompts, and {node index: keys/values} of the known prefixes it roots on:
+    one tree per known prefix the prompts start with (rooted on its cache), one for the rest."""
+    if not prefix_reuse:
+        return [PrefixGroup(0, (i,)) for i in range(len(uniq))], {}
+    plan: list[PrefixGroup] = []
+    given: dict[int, list] = {}
+    for key, indices in by_known_prefix(uniq, known_prefixes).items():
+        offset = len(plan)
+        for g in plan_prefix_groups([uniq[i] for i in indices], min_prefix=min_prefix, cached=len(key)):
+            parent = None if g.parent is None else g.parent + offset
+            plan.append(PrefixGroup(g.prefix_len, tuple(indices[m] for m in g.members), parent))
+        if key:
+            given[offset] = known_prefixes[key]
+    return plan, given
+
+
+def _read_wave(tree: "_Tree", uniq, items, bounds: "_Bounds"):
+    """(batch, next-token logits) for the prompts read on a wave's nodes: items (prompt, node, prefix length),
+    batched shortest remainder first."""
+    items = sorted(items, key=lambda it: (len(uniq[it[0]]) - it[2], it[2]))
+    cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
+    for batch in token_batches(items, cost, bounds.budget, bounds.held, bounds.max_batch):
+        rows = [(uniq[u][plen:], node) for u, node, plen in batch]
+        yield batch, halving_on_oom(lambda b: _forward_on_nodes(tree, b, read=True), rows,
+                                    lambda a, b: torch.cat([a, b]), tree.stats)
 
 
 @dataclass

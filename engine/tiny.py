@@ -12,14 +12,13 @@ import functools
 import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import torch
 
-from engine.paths import build_lock, cache_root
+from engine.paths import build_lock, cache_root, staging_dir
 
 BUILD_VERSION = 1
 SEED = 20261130
@@ -209,8 +208,7 @@ def ensure_tiny(alias: str) -> Path:
 
 
 def _build_into(alias: str, final: Path) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{alias}-", dir=final.parent))
+    tmp = staging_dir(final)
     try:
         build_tiny(alias, tmp)
         (tmp / "BUILD_OK").write_text(f"tiny build v{BUILD_VERSION}\n")

@@ -170,7 +170,7 @@ def prepare_out(path: Path) -> None:
         raise ReadoutError(f"{path}: --out: is a file, not a run directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
+        probe = path / f".write-test-{os.getpid()}"  # ranks of one run probe at once
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

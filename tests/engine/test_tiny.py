@@ -1,6 +1,7 @@
 """Tiny offline models: deterministic bytes, the real architectures, and the embedded model's conversion."""
 
 import hashlib
+import os
 
 import pytest
 
@@ -41,3 +42,14 @@ def test_olmo3_keeps_both_attention_kinds():
 def test_unknown_tiny_name():
     with pytest.raises(KeyError):
         tiny.ensure_tiny("tiny-gpt9")
+
+
+def test_built_models_follow_the_umask(tmp_path, monkeypatch):
+    """A shared cache must not become private to one user: build folders get the umask's permissions."""
+    monkeypatch.setenv("LOGIT_READOUT_CACHE", str(tmp_path))
+    old = os.umask(0o022)
+    try:
+        folder = tiny.ensure_tiny("tiny-base")
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o777 == 0o755
