@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from contract.names import CELLS
 from engine.errors import ReadoutError
 from panels.schema import PanelError
 from stats.core.errors import StatsInputError
@@ -268,15 +269,18 @@ def panels_validate(paths):
 @click.argument("panel")
 @click.argument("record_id")
 @click.option("--frame", "-f", required=True, help="agent, judge_1..4, judge_letter, raw_agent, raw_judge, control, dose_*; F0..F3 for nsi")
-@click.option("--cell", default="primary", show_default=True, type=click.Choice(["primary", "twin", "harm_twin"]))
-@click.option("--order", "order_index", type=int, default=None, help="index of the seeded option order (default: as listed)")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--cell", default="primary", show_default=True, type=click.Choice(CELLS))
+@click.option("--order", "order_index", type=int, default=None,
+              help="order index as a run reads it (probes.parquet order_index; default: options as listed)")
+@click.option("--seed", type=int, default=0, show_default=True, help="the run's seed")
+@click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]),
+              help="the run's profile (its order counts)")
 @click.option("--model", "-m", default=None, help="show the exact prompt this model reads (its template, BOS)")
-def panels_show(panel, record_id, frame, cell, order_index, seed, model):
-    """Print one scenario in one frame."""
+def panels_show(panel, record_id, frame, cell, order_index, seed, profile, model):
+    """Print one scenario in one frame, as a run with this seed and profile renders it."""
     from readouts.panel_tools import show
 
-    click.echo(show(panel, record_id, frame, cell, order_index, seed, model))
+    click.echo(show(panel, record_id, frame, cell, order_index, seed, model, profile))
 
 
 @panels_group.command("stats")

@@ -8,7 +8,6 @@ from collections import Counter, defaultdict
 from contract.names import FRAMINGS
 from panels.frames import FRAMES, render, render_polarity
 from panels.lint import report_lines
-from panels.orders import option_orders
 from panels.review import review_summary
 from panels.schema import PanelError, load_panel
 
@@ -27,8 +26,12 @@ def validate(paths) -> list[tuple[str, str | None]]:
 
 
 def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", order_index: int | None = None,
-         seed: int = 0, model: str | None = None) -> str:
-    """The messages of one rendered frame, or with `model` the exact prompt text that model will read."""
+         seed: int = 0, model: str | None = None, profile: str = "quick") -> str:
+    """The messages of one rendered frame, or with `model` the exact prompt text that model will read.
+
+    With `order_index`, the options stand in the order a `readout run` with this `seed` and `profile` read
+    at that index (the same seeding as the run: probes.parquet's `order_index`); frames read after
+    generated text (judge paraphrases, dose arms) have one order each, and the index must be 0."""
     panel = load_panel(panel_name)
     record = panel.get(record_id)
     if panel.kind == "nsi":
@@ -41,11 +44,7 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
             raise PanelError(f"{panel.path}: frame: '{frame}' is not one of {', '.join(FRAMES)}")
         order = None
         if order_index is not None:
-            k = 8 if frame.startswith("raw_") else 32
-            orders = option_orders(len(record.options), k, seed, record.id)
-            if not 0 <= order_index < k:
-                raise PanelError(f"{panel.path}: order: index {order_index} outside 0..{k - 1}")
-            order = orders[order_index]
+            order = _run_order(record, frame, order_index, seed, profile, panel.path)
         rendered = render(record, frame, cell, order)
         messages, text, system = rendered.messages, rendered.text, rendered.system
         mapping = ", ".join(f"{letter}={oid}" for letter, oid in zip(rendered.letters, rendered.option_ids))
@@ -68,6 +67,24 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
     if panel.kind == "gap":
         lm.letters(rendered.letters)  # the letters must be single tokens for this model
     return f"{header}\n--- {len(ids)} tokens under {model}\n{lm.tokenizer.decode(ids)}"
+
+
+def _run_order(record, frame: str, index: int, seed: int, profile_name: str, where: str) -> tuple[int, ...]:
+    from contract.readouts import FIRST_TOKEN, READOUTS
+    from readouts.gap.profile import PROFILES
+    from readouts.gap.recipe import orders_for
+
+    if profile_name not in PROFILES:
+        raise PanelError(f"{where}: profile: '{profile_name}' is not one of {', '.join(PROFILES)}")
+    spec = next(s for s in READOUTS if frame in s.frames and s.derived_from is None)
+    orders = orders_for(record, spec, PROFILES[profile_name], seed)
+    if spec.read == FIRST_TOKEN:
+        if not 0 <= index < len(orders):
+            raise PanelError(f"{where}: order: index {index} outside 0..{len(orders) - 1} ({spec.name}, {profile_name} profile)")
+        return orders[index]
+    if index != 0:
+        raise PanelError(f"{where}: order: {frame} is read in one order per frame; its order index is 0")
+    return orders[spec.frames.index(frame)]
 
 
 def stats(panel_name: str) -> str:

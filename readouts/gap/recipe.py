@@ -62,6 +62,15 @@ def stages(groups) -> list[tuple[str, tuple[ReadoutSpec, ...]]]:
     return out
 
 
+def orders_for(scenario, spec: ReadoutSpec, profile: GapProfile, seed: int) -> list[tuple[int, ...]]:
+    """The seeded option orders a run reads `spec` in: one per order index (first-token readouts), or one
+    per frame of the spec's group, shared by the group (J: one per paraphrase; dose: one for every arm)."""
+    if spec.read == FIRST_TOKEN:
+        return option_orders(len(scenario.options), profile.orders[spec.orders], seed, f"{scenario.id}|{spec.name}")
+    own = [s for s in READOUTS if s.group == spec.group and s.generates]
+    return option_orders(len(scenario.options), max(len(s.frames) for s in own), seed, f"{scenario.id}|{spec.group}")
+
+
 def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
     """How many read positions a scenario costs (for the progress bar's total)."""
     per_cell = sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
@@ -111,7 +120,7 @@ class GapRunner:
         reads = []
         (frame,) = spec.frames
         for s in scenarios:
-            orders = option_orders(len(s.options), self.profile.orders[spec.orders], self.seed, f"{s.id}|{spec.name}")
+            orders = orders_for(s, spec, self.profile, self.seed)
             for cell in cells_read(s, self.profile):
                 for k, order in enumerate(orders):
                     r = render(s, frame, cell, order)
@@ -128,7 +137,7 @@ class GapRunner:
         n = n.pop()
         jobs = []
         for s in scenarios:
-            orders = option_orders(len(s.options), max(len(sp.frames) for sp in own), self.seed, f"{s.id}|{group}")
+            orders = orders_for(s, own[0], self.profile, self.seed)
             for cell in cells_read(s, self.profile):
                 for sp in own:
                     for k, frame in enumerate(sp.frames):

@@ -192,3 +192,17 @@ def test_paraphrase_cells_are_read_from_the_second_writers_text(tmp_path):
     assert rendered.violating_letter == row.violating_letter
     quick, _ = run(tmp_path, "no-para", panel="gap-v2", readouts="D")
     assert not pd.read_parquet(quick / "scenarios.parquet").cell.str.startswith("paraphrase").any()
+
+
+def test_panels_show_reproduces_the_order_a_run_read(tmp_path):
+    """`readout panels show --order i --seed s --profile p` renders a probe exactly as the run did."""
+    from readouts.panel_tools import show
+
+    path, _ = run(tmp_path, "show", readouts="D,J", seed=3)
+    probes = pd.read_parquet(path / "probes.parquet")
+    for readout, frame in (("D", "agent"), ("J", "judge_2")):
+        rows = probes[(probes.readout == readout) & (probes.frame == frame) & (probes.cell == "primary") & (probes.rollout == 0)]
+        for row in rows.head(4).itertuples():
+            text = show("gap-v2", row.scenario_id, frame, "primary", row.order_index if readout == "D" else 0, 3, None, "test")
+            mapping = ", ".join(f"{letter}={oid}" for letter, oid in zip(row.letters, row.order.split(",")))
+            assert f"letters {mapping};" in text, (row.probe_id, text.splitlines()[0])
