@@ -212,3 +212,13 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_the_lock_of_a_killed_process_is_taken_over(reference, tmp_path):
+    out = tmp_path / "stale"
+    code = ("import os, signal; from readouts.rundir import RunDir\n"
+            f"with RunDir({str(out)!r}, ('x',)).lock():\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -9 and "pid" in (out / ".lock").read_text()
+    gap(out)
+    same_tables(reference, out)
