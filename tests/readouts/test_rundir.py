@@ -222,3 +222,14 @@ def test_the_lock_of_a_killed_process_is_taken_over(reference, tmp_path):
     assert proc.returncode == -9 and "pid" in (out / ".lock").read_text()
     gap(out)
     same_tables(reference, out)
+
+
+def test_an_interrupt_says_what_was_kept(monkeypatch, capsys):
+    import engine.registry
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine.registry, "registry", interrupted)
+    code, err = cli(["models"], capsys)
+    assert code == 130 and err == ["interrupted: finished chunks are kept; give the same command again to resume"]
