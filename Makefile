@@ -43,6 +43,7 @@ bench:
 	$(PY) bench/d_readout_bench.py --out bench/results
 	$(PY) bench/d_readout_bench.py --options 4 --name d_readout_bench_4_options --out bench/results
 	$(PY) bench/stats_bench.py --out bench/results
+	$(PY) bench/gen_bench.py --out bench/results
 
 clean-cache:
 	rm -rf $${LOGIT_READOUT_CACHE:-$$HOME/.cache/logit-readout}

@@ -1,9 +1,14 @@
-"""Generation: batched, left-padded decoding with n rollouts per prompt sharing one prefill, greedy or
-seeded sampling (temperature, top-p), token budgets and stop-at-end-of-turn; and the anchor rule that
-turns a generated text into a read position ("Answer:" then the letter).
+"""Generation: batched decoding with n rollouts per prompt, greedy or seeded sampling (temperature, top-p),
+token budgets and stop-at-end-of-turn; and the anchor rule that turns a generated text into a read
+position ("Answer:" then the letter).
 
-Sampling is seeded per (prompt seed, rollout index), each row with its own generator, so a rollout's
-tokens do not depend on which other prompts share its batch.
+A batch's rows (prompt x rollout) step together through engine/decode.py's state: each distinct prompt's
+keys/values once (prompts sharing a prefix prefill it once), each row's own tokens in a preallocated buffer,
+finished rows compacted out. The next token is chosen on the device for all rows at once: argmax for greedy
+rows, and for sampled ones a draw from the tempered top-p nucleus (engine/sampling.py) at a counter-based
+uniform keyed by (prompt seed, rollout index, step), so a rollout's tokens do not depend on which other
+prompts share its batch, on the batch size, or on compaction. Per step the host reads one flag (whether any
+row finished) and, when one did, which rows.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from typing import Sequence
 import torch
 
 from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, pad_rows
-from engine.sampling import derive_seed, tempered_distribution
+from engine.decode import Cascade, Dense, supports_cascade
+from engine.sampling import derive_seed, row_uniforms, sample_tokens, tempered_distribution
 
 ANCHOR_RULES = ("own", "forced_after_completion", "forced_at_budget")
 
@@ -49,6 +55,11 @@ def stop_token_ids(tokenizer, model=None) -> frozenset[int]:
     return frozenset(ids)
 
 
+COMPACT_FRACTION = 1 / 8
+"""Finished rows are dropped from the batch (compaction) once at least this share of its rows, and at least
+one, has finished: the copy of the remaining rows' buffers is then paid back by the steps that follow."""
+
+
 def generate(
     model,
     prompts: Sequence[Sequence[int]],
@@ -65,47 +76,70 @@ def generate(
     max_rows: int | None = None,
     on_batch=None,
     prefix_kv: dict | None = None,
+    static_shapes: bool = False,
+    compact: bool = True,
 ) -> list[list[Rollout]]:
     """Generate `n` rollouts for each prompt (token ids); returns, per prompt, its rollouts in order.
 
     With `greedy_first`, rollout 0 is greedy and the others sample at `temperature`/`top_p`; otherwise all
-    rollouts sample (or all are greedy when temperature is 0). `seeds[i]` seeds prompt i's rollouts.
-    `token_budget` bounds padded prompt tokens per prefill; `max_rows` bounds rows decoded together.
+    rollouts sample (or all are greedy when temperature is 0). `seeds[i]` seeds prompt i's rollouts: rollout j
+    draws its step-t token from the t-th uniform of a counter-based stream keyed by derive_seed(seeds[i], j),
+    so it is the same whatever else shares its batch.
+    `token_budget` bounds padded prompt tokens per prefill forward pass; `max_rows` bounds rows decoded together.
     `on_batch(k)` is called with the number of prompts finished after each batch (for progress bars).
-    `prefix_kv`, if given a dict, receives each prompt's prefill keys/values ({prompt tuple: [(k, v) per
-    layer]}), so that reading letters after the generated text need not run the prompt again
-    (`score_ids(..., known_prefixes=...)`).
+    `prefix_kv`, if given a dict, receives each prompt's keys/values ({prompt tuple: [(k, v) per layer]}), so
+    that reading letters after the generated text need not run the prompt again (`score_ids(..., known_prefixes=...)`).
+    `static_shapes` decodes every step with the same tensor shapes and buffers (no compaction; on CUDA the
+    step is replayed as a CUDA graph); `compact=False` keeps finished rows in the batch (for checks).
     """
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
         raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("a prompt has no tokens")
     device = model.get_input_embeddings().weight.device
     default_budget, default_rows = default_bounds("generate", device)
     token_budget = token_budget or default_budget
     max_rows = max_rows or default_rows
-    kv_limit = generation_cache_limit(model, device)
-    settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv)
+    cascade = supports_cascade(model)
+    settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv, token_budget, max_rows,
+                       cascade, static_shapes, compact and not static_shapes)
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list[list[Rollout] | None] = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    batch: list[int] = []
-    for idx in order + [None]:
-        if idx is not None:
-            width = max([len(prompts[i]) for i in batch] + [len(prompts[idx])])
-            rows = (len(batch) + 1) * n
-            cached = rows * (width + max(budgets[i] for i in batch + [idx]))
-            if not batch or ((len(batch) + 1) * width <= token_budget and rows <= max_rows
-                             and (kv_limit is None or cached <= kv_limit)):
-                batch.append(idx)
-                continue
+    kv_limit = generation_cache_limit(model, device)
+    for batch in _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
         decode = lambda b: _generate_batch(  # noqa: E731
             model, [prompts[i] for i in b], [seeds[i] for i in b], [budgets[i] for i in b], settings)
         for i, rollouts in zip(batch, halving_on_oom(decode, batch, lambda a, b: a + b)):
             out[i] = rollouts
         if on_batch is not None:
             on_batch(len(batch))
-        batch = [idx] if idx is not None else []
     return out
+
+
+def _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
+    """Prompts (in `order`) cut into decoding batches. Rows are bounded by `max_rows` and held keys/values by
+    `kv_limit`: the cascade backend holds each prompt once and each row's own tokens; the dense fallback
+    holds a left-padded copy of the prompt per row and also prefills the whole batch in one forward pass."""
+    batch: list[int] = []
+    for idx in order:
+        members = batch + [idx]
+        width = max(len(prompts[i]) for i in members)
+        rows = len(members) * n
+        longest = max(budgets[i] for i in members)
+        if cascade:
+            held = sum(len(prompts[i]) for i in members) + rows * longest
+            fits = rows <= max_rows
+        else:
+            held = rows * (width + longest)
+            fits = rows <= max_rows and len(members) * width <= token_budget
+        if batch and not (fits and (kv_limit is None or held <= kv_limit)):
+            yield batch
+            members = [idx]
+        batch = members
+    if batch:
+        yield batch
 
 
 @dataclass(frozen=True)
@@ -120,9 +154,104 @@ class _Decode:
     pad_id: int
     device: torch.device
     prefix_kv: dict | None
+    token_budget: int = 4096
+    max_rows: int = 64
+    cascade: bool = True
+    """The cascade decode state (engine/decode.py); False: the dense fallback."""
+    static: bool = False
+    compact: bool = True
 
 
 def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
+    """Decode one batch: every row (prompt x rollout) steps together; a finished row stops counting at once and
+    leaves the batch at the next compaction (once COMPACT_FRACTION of the rows have finished)."""
+    n, temperature, device = settings.n, settings.temperature, settings.device
+    rows = len(prompts) * n
+    distinct: dict[tuple, int] = {}
+    for p in prompts:
+        distinct.setdefault(tuple(p), len(distinct))
+    row_prompt = [distinct[tuple(prompts[r // n])] for r in range(rows)]
+    greedy = [temperature == 0 or (settings.greedy_first and r % n == 0) for r in range(rows)]
+    max_new = max(budgets)
+    backend = Cascade if settings.cascade else Dense
+    with torch.inference_mode():
+        state = backend(model, list(distinct), row_prompt, max_new, pad_id=settings.pad_id,
+                        token_budget=settings.token_budget, max_rows=settings.max_rows, static=settings.static)
+        uniforms = torch.zeros((rows, max_new), dtype=torch.float64)
+        sampled = [r for r in range(rows) if not greedy[r]]
+        if sampled:
+            uniforms[sampled] = row_uniforms([derive_seed(seeds[r // n], r % n) for r in sampled], max_new)
+        uniforms = uniforms.to(device)
+        live = list(range(rows))  # the original row of each row in the batch
+        live_t = torch.arange(rows, device=device)
+        is_greedy = torch.tensor(greedy, device=device)
+        row_budget = torch.tensor([budgets[r // n] for r in range(rows)], device=device)
+        done = torch.zeros(rows, dtype=torch.bool, device=device)
+        stop = torch.tensor(sorted(settings.stop_ids), device=device) if settings.stop_ids else None
+        tokens = torch.zeros((rows, max_new), dtype=torch.long, device=device)
+        lengths, stopped = [0] * rows, [False] * rows
+        logits = state.step()
+        if settings.prefix_kv is not None:
+            settings.prefix_kv.update(state.prompt_kv())
+        for step in range(max_new):
+            best = logits.argmax(-1)
+            if all(greedy[r] for r in live):
+                token = best
+            else:
+                token = torch.where(is_greedy, best, sample_tokens(logits, temperature, settings.top_p, uniforms[:, step]))
+            tokens[live_t, step] = token
+            hit_stop = torch.isin(token, stop) if stop is not None else torch.zeros_like(done)
+            ends = (hit_stop | (row_budget <= step + 1)) & ~done
+            if bool(ends.any()):
+                ended = ends.nonzero().flatten().tolist()
+                for c, s in zip(ended, hit_stop[ended].tolist()):
+                    r = live[c]
+                    stopped[r], lengths[r] = s, step if s else step + 1
+                done |= ends
+                finished = int(done.sum())
+                if finished == len(live):
+                    break
+                if settings.compact and finished >= max(1.0, COMPACT_FRACTION * len(live)):
+                    keep = (~done).nonzero().flatten()
+                    state.keep(keep.tolist())
+                    live = [live[c] for c in keep.tolist()]
+                    live_t, is_greedy, row_budget = live_t[keep], is_greedy[keep], row_budget[keep]
+                    uniforms, token, done = uniforms[keep], token[keep], done[keep]
+            if step == max_new - 1:
+                break
+            logits = state.step(token)
+        tokens = tokens.cpu()
+    return [
+        [Rollout(tuple(tokens[r, : lengths[r]].tolist()), stopped[r], greedy[r]) for r in range(p * n, (p + 1) * n)]
+        for p in range(len(prompts))
+    ]
+
+
+# -- the decoding loop before issue 16, kept only so that bench/gen_bench.py can time it side by side --------
+
+def _generate_v1(model, prompts, *, max_new_tokens, stop_ids, n=1, greedy_first=False, temperature=0.0, top_p=1.0,
+                 seeds=None, pad_id=0, token_budget=None, max_rows=None, on_batch=None, prefix_kv=None):
+    """`generate` as it was before the cascade loop (same arguments; sampled rollouts from per-row CPU generators)."""
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    device = model.get_input_embeddings().weight.device
+    default_budget, default_rows = default_bounds("generate", device)
+    token_budget = token_budget or default_budget
+    max_rows = max_rows or default_rows
+    kv_limit = generation_cache_limit(model, device)
+    settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv)
+    seeds = list(seeds) if seeds is not None else [0] * len(prompts)
+    out: list = [None] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    for batch in _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade=False):
+        for i, rollouts in zip(batch, _generate_batch_v1(model, [prompts[i] for i in batch], [seeds[i] for i in batch],
+                                                          [budgets[i] for i in batch], settings)):
+            out[i] = rollouts
+        if on_batch is not None:
+            on_batch(len(batch))
+    return out
+
+
+def _generate_batch_v1(model, prompts, seeds, budgets, settings: _Decode):
     from transformers import DynamicCache
 
     stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv = (

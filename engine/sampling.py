@@ -1,11 +1,13 @@
 """Sampling, declared once: the tempered/top-p next-token distribution (scoring reads it exactly,
-generation draws from it) and the derivation of seeds from named parts.
+generation draws from it), the vectorized on-device draw from it with counter-based per-row uniforms, and
+the derivation of seeds from named parts.
 """
 
 from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import torch
 
 
@@ -38,3 +40,89 @@ def derive_seed(*parts) -> int:
     """A 63-bit seed from any parts (stable across runs and machines)."""
     digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+# Decoding draws from the same nucleus without sorting the vocabulary: the `NUCLEUS_HEAD` most likely tokens
+# first, and a row whose nucleus is wider than that looks at NUCLEUS_WIDEN times more (up to the whole
+# vocabulary). At T 0.7 / top-p 0.95 a real model's nucleus is almost always inside the first 64.
+NUCLEUS_HEAD = 64
+NUCLEUS_WIDEN = 16
+
+
+def _nucleus_parts(logits: torch.Tensor, temperature: float, top_p: float):
+    """The top-p nucleus of softmax(logits / T), row by row, found on the top of the distribution only.
+
+    Yields (rows, token ids [len(rows), k] or None for the whole vocabulary in id order, weights): the
+    weights are the tempered probabilities of the nucleus tokens and 0 for the other ids. A token is in the
+    nucleus when the mass of the tokens ranked above it is below top_p, which is TopPLogitsWarper's rule
+    (drop a token when the ascending cumulative probability up to it is <= 1 - top_p) read from the top;
+    a head of the k most likely tokens holds the whole nucleus once its own mass reaches top_p, since every
+    token below it then has that much mass ranked above it.
+    """
+    if temperature <= 0 or not (0.0 < top_p <= 1.0):
+        raise ValueError(f"sampling needs temperature > 0 and top_p in (0, 1], got T={temperature}, top_p={top_p}")
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    if top_p >= 1.0:
+        yield rows, None, (logits.float() / temperature).softmax(-1)
+        return
+    scaled = logits.float() / temperature
+    logp = scaled.log_softmax(-1)  # one fused pass for the normalizer
+    vocab = logp.shape[-1]
+    k = min(NUCLEUS_HEAD, vocab)
+    first = True
+    while True:
+        # Ranked on the tempered logits themselves, as the warper sorts them (log-probabilities can round
+        # two nearly equal logits into a tie).
+        ids = (scaled if first else scaled[rows]).topk(k, dim=-1).indices
+        probs = (logp if first else logp[rows]).gather(-1, ids).exp()
+        first = False
+        cumulative = probs.double().cumsum(-1)  # float32 running sums drift by ~1e-5 over a thousand tokens
+        weights = probs * ((cumulative - probs) < top_p)
+        weights[:, 0] = probs[:, 0]  # the most likely token is always kept
+        covered = cumulative[:, -1] >= top_p
+        if k == vocab or bool(covered.all()):
+            yield rows, ids, weights
+            return
+        yield rows[covered], ids[covered], weights[covered]
+        rows = rows[~covered]
+        k = min(k * NUCLEUS_WIDEN, vocab)
+
+
+def nucleus_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """The distribution `sample_tokens` draws from, as dense rows [R, V] (for checks against
+    `tempered_distribution` and transformers' warpers)."""
+    out = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device)
+    for rows, ids, weights in _nucleus_parts(logits, temperature, top_p):
+        weights = weights / weights.sum(-1, keepdim=True)
+        out[rows] = weights if ids is None else out[rows].scatter(-1, ids, weights)
+    return out
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row from the tempered top-p distribution of `logits` [R, V], on their device.
+
+    The draw inverts the nucleus's cumulative distribution at `uniforms` [R] (in [0, 1)), accumulating the
+    nucleus in token-id order, so a row's token depends on its logits and its uniform only: not on the other
+    rows, and not on how ties among equally likely tokens happen to be ordered.
+    """
+    out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    for rows, ids, weights in _nucleus_parts(logits, temperature, top_p):
+        if ids is not None:
+            ids, order = ids.sort(-1)
+            weights = weights.gather(-1, order)
+        cdf = weights.double().cumsum(-1)
+        target = uniforms[rows].to(cdf.dtype)[:, None] * cdf[:, -1:]
+        pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+        out[rows] = pick[:, 0] if ids is None else ids.gather(-1, pick)[:, 0]
+    return out
+
+
+def row_uniforms(row_seeds, steps: int) -> torch.Tensor:
+    """Counter-based uniforms in [0, 1), [rows, steps] float64: draw t of a row is the t-th 64-bit output of
+    Philox4x64-10 keyed by the row's seed (top 53 bits), so a rollout's draws are fixed by its seed and the
+    step alone, whatever else shares its batch. Philox's raw stream is defined by the algorithm, not by a
+    library version."""
+    out = np.empty((len(row_seeds), steps), dtype=np.float64)
+    for r, seed in enumerate(row_seeds):
+        out[r] = (np.random.Philox(key=int(seed)).random_raw(steps) >> np.uint64(11)) * 2.0**-53
+    return torch.from_numpy(out)

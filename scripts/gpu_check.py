@@ -1,6 +1,8 @@
 """GPU check: the real OLMo-3-7B architecture with random bf16 weights (nothing downloaded), the D readout
-on 64 gap-v1 scenarios x 32 option orders, and batched generation; prints probes/s, tokens/s and the share
-of the GPU's bf16 matmul rate measured in the same run. One call of the device tool runs it:
+on 64 gap-v1 scenarios x 32 option orders, batched generation, and decoding speed at batch 1 and at a large
+batch, each with dynamic shapes and with the static-shape path (`generate(static_shapes=True)`: one CUDA
+graph per batch); prints probes/s, tokens/s and their share of the GPU's bf16 matmul rate and HBM bandwidth,
+both measured in the same run. One call of the device tool runs it:
 
     bash scripts/gpu_check.sh            # or: python scripts/gpu_check.py --arch llama3
     python scripts/gpu_check.py --tiny   # the same code path on CPU with a small config (smoke test)
@@ -42,6 +44,48 @@ def matmul_rate(device, dtype, n=8192, reps=20) -> float:
         a @ b
     sync(device)
     return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def copy_bandwidth(device, megabytes=2048, reps=10) -> float:
+    """Measured memory bandwidth (bytes/s) of a large device-to-device copy (each byte read once, written once)."""
+    x = torch.empty(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        y.copy_(x)
+    sync(device)
+    return 2 * x.numel() * x.element_size() * reps / (time.perf_counter() - t0)
+
+
+def decode_speed(model, prompts, tokens, n, static, bounds, max_rows=1024):
+    """Decode-only new tokens/s of greedy generation (the prefill and first step timed apart and taken off),
+    with the matmul and memory bounds of the same work: each step reads the weights once and the keys/values
+    of every prompt once (the cascade state) and of every row's own tokens, and computes 2 x params FLOPs per row."""
+    from engine.batching import kv_bytes_per_token
+    from engine.generation import generate
+
+    kw = dict(stop_ids=frozenset(), n=n, temperature=0.0, max_rows=max_rows, static_shapes=static)
+    device = model.get_input_embeddings().weight.device
+    generate(model, prompts, max_new_tokens=2, **kw)  # warm-up (and, static, a first graph capture)
+    sync(device)
+    t0 = time.perf_counter()
+    generate(model, prompts, max_new_tokens=1, **kw)
+    sync(device)
+    t1 = time.perf_counter()
+    out = generate(model, prompts, max_new_tokens=tokens, **kw)
+    sync(device)
+    t2 = time.perf_counter()
+    rows = len(prompts) * n
+    seconds = (t2 - t1) - (t1 - t0)
+    rate = rows * (tokens - 1) / seconds
+    weight_bytes, flops_per_row, matmul, bandwidth = bounds
+    kv = kv_bytes_per_token(model) * (sum(len(p) for p in prompts) + rows * tokens / 2)
+    step_floor = max((weight_bytes + kv) / bandwidth, rows * flops_per_row / matmul)
+    return out, dict(rows=rows, tokens=tokens, static=static, decode_tokens_per_s=rate, seconds=seconds,
+                     share_of_bandwidth_bound=rate / (rows * bandwidth / (weight_bytes + kv)),
+                     share_of_matmul_bound=rate / (matmul / flops_per_row), share_of_floor=rate / (rows / step_floor))
 
 
 def sync(device):
@@ -131,6 +175,35 @@ def main():
                   gen_share_of_matmul=gen_flops / secs / rate)
     print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s; "
           f"{100 * gen_flops / secs / rate:.1f}% of the matmul rate")
+    # Decoding speed at batch 1 and at a large batch, dynamic and static shapes (CUDA graphs on CUDA).
+    import engine.decode as decode
+
+    captured = []
+    capture = decode.Cascade._capture
+    decode.Cascade._capture = lambda self: (capture(self), captured.append(True))[0]
+    bandwidth = copy_bandwidth(device, 2048 if device == "cuda" else 64, 10 if device == "cuda" else 3)
+    itemsize = next(model.parameters()).element_size()
+    bounds = ((body + head) * itemsize, 2 * (body + head), rate, bandwidth)
+    result["hbm_gb_per_s"] = bandwidth / 1e9
+    print(f"memory bandwidth (copy): {bandwidth / 1e9:.0f} GB/s")
+    one = prompts[:1]
+    large = prompts[: args.gen_prompts]
+    decode_rows = []
+    for label, ps, n in (("batch 1", one, 1), (f"batch {len(large) * 9}", large, 9)):
+        outs = {}
+        for static in (False, True):
+            before = len(captured)
+            outs[static], row = decode_speed(model, ps, args.gen_tokens, n, static, bounds)
+            row.update(batch=label, cuda_graph=len(captured) > before)
+            decode_rows.append(row)
+            print(f"decode {label}, {'static' if static else 'dynamic'} shapes{' + CUDA graph' if row['cuda_graph'] else ''}: "
+                  f"{row['decode_tokens_per_s']:.0f} tokens/s = {100 * row['share_of_bandwidth_bound']:.0f}% of the bandwidth bound, "
+                  f"{100 * row['share_of_matmul_bound']:.1f}% of the matmul bound, {100 * row['share_of_floor']:.0f}% of the larger bound")
+        same = outs[False] == outs[True]
+        decode_rows[-1]["greedy_equal_to_dynamic"] = same
+        print(f"decode {label}: static greedy tokens equal to dynamic: {same}")
+    decode.Cascade._capture = capture
+    result["decode"] = decode_rows
     if device == "cuda":
         result["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
         print(f"peak memory {result['peak_memory_gb']:.1f} GB")

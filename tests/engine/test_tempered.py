@@ -53,3 +53,24 @@ def test_tempered_matches_seeded_draws_tiny(temperature, top_p):
     for letter_ids, p in zip(lt.token_ids, row.tempered):
         freq = torch.isin(draws, torch.tensor(letter_ids)).float().mean().item()
         assert abs(freq - p) < 0.01
+
+
+@pytest.mark.smollm
+@pytest.mark.parametrize("temperature,top_p", [(0.7, 0.95), (1.3, 0.9)])
+def test_the_decoders_draws_match_tempered_smollm2(temperature, top_p):
+    """Generation's own sampler (on-device nucleus, counter-based uniforms) draws letters at the exact
+    tempered probabilities too, and its nucleus is the warpers' on the real model's logits."""
+    from engine.sampling import nucleus_distribution, row_uniforms, sample_tokens
+
+    lm = get_model("smollm2-135m")
+    ids = encode_prompt(lm.tokenizer, Prompt(messages=({"role": "user", "content": PROMPT},)))
+    lt = lm.letters("ABC")
+    row = score_ids(lm.model, [ids], [lt], temperature=temperature, top_p=top_p)[0]
+    logits = plain_next_token_logits(lm.model, ids)[None]
+    scores = TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(temperature)(None, logits.clone()))
+    assert (nucleus_distribution(logits, temperature, top_p) - scores.softmax(-1)).abs().max() < 1e-6
+    uniforms = row_uniforms([99], DRAWS)[0]
+    draws = torch.cat([sample_tokens(logits.expand(len(u), -1), temperature, top_p, u) for u in uniforms.split(500)])
+    for letter_ids, p in zip(lt.token_ids, row.tempered):
+        freq = torch.isin(draws, torch.tensor(letter_ids)).float().mean().item()
+        assert abs(freq - p) < 0.01, (temperature, top_p, p, freq)

@@ -1,0 +1,438 @@
+"""Decode state for generation: what one batch's rows attend to, and the forward pass of one decoding step.
+
+The cascade backend (every architecture whose attention goes through transformers' attention interface
+with plain softmax attention: the Llama, Qwen, OLMo and Mistral families) keeps each distinct prompt's
+keys/values once, computed by the scoring prefix tree (prompts sharing a prefix run it once), and each row
+(one rollout) its own generated keys/values in a buffer preallocated for the whole budget. A decoding step
+is the model's own forward pass with a registered attention function that writes the new token's keys and
+values in place and attends to the prompt part grouped by prompt (one matrix product per prompt for all its
+rows: the prompt's keys are read once, not once per rollout) and to the row's own part, merging the two
+softmax parts exactly. Finished rows are dropped by compacting the row buffers; prompts whose rows have all
+finished are dropped with them. With `static=True` every tensor a step touches keeps its shape and address
+for the whole batch (no compaction, the own part read over the full budget under a mask, the step counter a
+device tensor): the forward pass is then fit for CUDA graphs or torch.compile, and on CUDA it is captured in
+a CUDA graph after the first step.
+
+The dense backend is the fallback for any other architecture: the model's own attention and cache, prompts
+left-padded, the prefill cache repeated for each rollout and grown by the model each step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Sequence
+
+import torch
+
+from engine.batching import cache_token_limit, halving_on_oom, pad_rows, token_batches
+from engine.planner import PrefixGroup, chain, plan_prefix_groups, representatives
+from engine.scoring import ScoreStats, _Bounds, _forward_on_nodes, _node_kv, _Tree
+
+ATTENTION = "logit_readout_cascade"
+"""Name of the cascade attention function in transformers' attention interface."""
+
+CASCADE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "olmo", "olmo2", "olmo3", "mistral", "smollm3"})
+"""Architectures whose attention is plain scaled softmax attention over rotary keys through the attention
+interface (no soft-capping, sinks or position biases): the cascade backend decodes them exactly."""
+
+_registered = False
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+CUDA_GRAPHS = True
+"""Static-shape decoding on CUDA replays its step as a CUDA graph (False: the same static steps, eager)."""
+USE_FLASH_CPU = True
+"""Decode on CPU through the flash kernel where it applies (False: the explicit attention everywhere; for checks)."""
+
+
+def supports_cascade(model) -> bool:
+    """Whether the cascade backend decodes this model (otherwise the dense fallback does)."""
+    cfg = model.config
+    capped = any(getattr(cfg, a, None) not in (None, 1.0) for a in ("attn_logit_softcapping", "final_logit_softcapping"))
+    can_set = getattr(model, "_can_set_attn_implementation", lambda: True)()
+    return cfg.model_type in CASCADE_MODEL_TYPES and not capped and can_set
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(ATTENTION, _cascade_attention)
+        _registered = True
+
+
+@contextlib.contextmanager
+def _cascade_attention_on(model):
+    """The model's attention goes through the cascade function for the duration (restored after, also on errors).
+    Its name has no mask function registered, so the model builds no attention mask either."""
+    _register()
+    cfg = model.config
+    before = cfg._attn_implementation
+    cfg._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = before
+
+
+def _cascade_attention(module, query, key, value, attention_mask, scaling=None, sliding_window=None, **kwargs):
+    """Attention of one decoding step (one query token per row) over the row's prompt and its own tokens."""
+    state: Cascade | None = kwargs.get("readout_decode")
+    if state is None:
+        raise RuntimeError(f"attention '{ATTENTION}' runs only inside engine.decode's decoding steps")
+    return state.attend(module.layer_idx, query, key, value, scaling, sliding_window), None
+
+
+class Cascade:
+    """Keys/values of one batch being decoded: per distinct prompt, the prompt minus its last token (shared by
+    that prompt's rows); per row, its own tokens (the prompt's last token, then the generated ones).
+
+    Rows are given as the distinct prompt each reads (`row_prompt`; in any order, though prompt-major rows
+    need no gathers). The first step feeds every row its prompt's last token, whose logits give the first
+    generated token.
+    """
+
+    def __init__(self, model, prompts: Sequence[Sequence[int]], row_prompt: Sequence[int], budget: int, *, pad_id: int,
+                 token_budget: int, max_rows: int, static: bool = False, share_prefixes: bool = True):
+        self.model = model
+        self.device = model.get_input_embeddings().weight.device
+        self.static = static
+        self.budget = budget
+        self.prompts = [list(p) for p in prompts]
+        self.lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
+        heads = [p[:-1] for p in self.prompts]
+        self.prefill_stats = ScoreStats()
+        self.kp, self.vp = _prefill(model, heads, pad_id, self.device, token_budget, max_rows, share_prefixes, self.prefill_stats)
+        longest = self.kp[0].shape[2] if self.kp else 0
+        # Keys a prompt does not have (shorter prompts, padded to the longest) never get weight.
+        valid = torch.arange(longest, device=self.device)[None, :] < (self.lengths[:, None] - 1)
+        self.prompt_bias = torch.zeros(valid.shape, device=self.device).masked_fill_(~valid, float("-inf"))[:, None, None, :]
+        self.row_prompt = list(row_prompt)
+        self.reach = int(self.lengths.max()) + budget  # beyond the last position any row reaches
+        self.fused = (USE_FLASH_CPU and _FLASH_CPU is not None and self.device.type == "cpu" and bool(self.kp)
+                      and min(len(p) for p in self.prompts) > 1)
+        # Each row's own keys/values, allocated once for the whole budget and written in place.
+        cfg = model.config
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dtype = model.get_input_embeddings().weight.dtype
+        shape = (len(self.row_prompt), kv_heads, budget, head_dim)
+        self.ks = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_hidden_layers)]
+        self.vs = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(cfg.num_hidden_layers)]
+        self.step_index = 0
+        self._grid()
+        self.tokens = torch.tensor([self.prompts[p][-1] for p in self.row_prompt], device=self.device)
+        self.positions = self.lengths[torch.tensor(self.row_prompt, device=self.device)] - 1
+        if static:
+            self.step_t = torch.zeros(1, dtype=torch.long, device=self.device)
+            self.slots = torch.arange(budget, device=self.device)
+            self.own_bias = torch.zeros((1, 1, 1, budget), device=self.device)
+            self._graph = None
+            self.graph_used = False
+            self.graph_error: str | None = None
+
+    # -- layout --------------------------------------------------------------------------------------
+    def _grid(self) -> None:
+        """Where each row sits when rows are grouped by prompt: a [P, c] grid, c the most rows any prompt has."""
+        counts: dict[int, int] = {}
+        for p in self.row_prompt:
+            counts[p] = counts.get(p, 0) + 1
+        self.width = max(counts.values())
+        grid = [len(self.row_prompt)] * (len(self.prompts) * self.width)
+        seen: dict[int, int] = {}
+        slot = []
+        for p in self.row_prompt:
+            slot.append(p * self.width + seen.get(p, 0))
+            seen[p] = seen.get(p, 0) + 1
+        for r, k in enumerate(slot):
+            grid[k] = r
+        # Rows already in grid order (no compaction yet, prompt-major): views, no gathers.
+        self.identity_grid = len(grid) == len(self.row_prompt) and grid == list(range(len(grid)))
+        self.grid_rows = torch.tensor(grid, device=self.device)
+        self.row_slot = torch.tensor(slot, device=self.device)
+
+    def _to_grid(self, x: torch.Tensor) -> torch.Tensor:
+        """Row tensor [R, Hkv, g, F] -> grouped by prompt [P, Hkv, c*g, F] (empty grid slots hold zeros)."""
+        rows, kv_heads, g, f = x.shape
+        if not self.identity_grid:
+            x = torch.cat([x, x.new_zeros((1, kv_heads, g, f))])[self.grid_rows]
+        return x.view(len(self.prompts), -1, kv_heads, g, f).transpose(1, 2).reshape(len(self.prompts), kv_heads, -1, f)
+
+    def _from_grid(self, y: torch.Tensor, g: int) -> torch.Tensor:
+        """Inverse of `_to_grid` for the rows that exist: [P, Hkv, c*g, F] -> [R, Hkv, g, F]."""
+        prompts, kv_heads, _, f = y.shape
+        y = y.view(prompts, kv_heads, -1, g, f).transpose(1, 2).reshape(-1, kv_heads, g, f)
+        return y if self.identity_grid else y[self.row_slot]
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Drop every row not in `rows` (indices of the current rows, ascending), and the prompts left without rows."""
+        if self.static:
+            raise RuntimeError("a static-shape batch keeps its rows")
+        idx = torch.tensor(list(rows), device=self.device)
+        used = self.step_index
+        for buffers in (self.ks, self.vs):
+            for i, old in enumerate(buffers):
+                new = old.new_empty((len(rows),) + old.shape[1:])
+                new[:, :, :used] = old[idx, :, :used]
+                buffers[i] = new
+        self.tokens, self.positions = self.tokens[idx], self.positions[idx]
+        row_prompt = [self.row_prompt[r] for r in rows]
+        alive = sorted(set(row_prompt))
+        if len(alive) < len(self.prompts):
+            pidx = torch.tensor(alive, device=self.device)
+            self.kp = [k[pidx] for k in self.kp]
+            self.vp = [v[pidx] for v in self.vp]
+            self.prompt_bias, self.lengths = self.prompt_bias[pidx], self.lengths[pidx]
+            self.prompts = [self.prompts[p] for p in alive]
+            renumber = {p: i for i, p in enumerate(alive)}
+            row_prompt = [renumber[p] for p in row_prompt]
+        self.row_prompt = row_prompt
+        self._grid()
+
+    def prompt_kv(self) -> dict:
+        """Each prompt's keys/values ({prompt tuple: [(keys, values) per layer]}, [1, heads, len, dim]), for
+        reading letters after the generated text; valid once the first step has run (it computes the last token's)."""
+        first = {}
+        for r, p in enumerate(self.row_prompt):
+            first.setdefault(p, r)
+        out = {}
+        for p, r in first.items():
+            n = len(self.prompts[p]) - 1
+            out[tuple(self.prompts[p])] = [
+                tuple(torch.cat([part[p : p + 1, :, :n], own[r : r + 1, :, :1]], dim=2)
+                      for part, own in ((self.kp[i], self.ks[i]), (self.vp[i], self.vs[i])))
+                if self.kp else (self.ks[i][r : r + 1, :, :1].clone(), self.vs[i][r : r + 1, :, :1].clone())
+                for i in range(len(self.ks))
+            ]
+        return out
+
+    # -- one step --------------------------------------------------------------------------------------
+    def step(self, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """Run one decoding step: feed `tokens` [R] (None: the prompts' last tokens, the first step) at each
+        row's next position; returns the next-token logits [R, V] (fp32)."""
+        if tokens is not None:
+            self.positions = self.positions + 1
+            self.tokens = tokens
+        if not self.static:
+            logits = self._forward()
+            self.step_index += 1
+            return logits
+        if self.step_index:  # static buffers are updated in place: the same addresses every step
+            self.step_t.add_(1)
+        self.own_bias.copy_(torch.where(self.slots <= self.step_t, 0.0, float("-inf"))[None, None, None, :])
+        if self._graph is not None:
+            self._tokens_in.copy_(self.tokens)
+            self._positions_in.copy_(self.positions)
+            self._graph.replay()
+            logits = self._logits_out.clone()
+        else:
+            logits = self._forward()
+            if self.device.type == "cuda" and self.step_index == 0 and CUDA_GRAPHS:
+                try:
+                    self._capture()
+                except RuntimeError as exc:  # an op the graph cannot hold: the same static steps, run eagerly
+                    self._graph, self.graph_error = None, f"{type(exc).__name__}: {exc}"
+                    warnings.warn(f"static decoding runs without a CUDA graph: {self.graph_error}", stacklevel=2)
+        self.step_index += 1
+        return logits
+
+    def _forward(self, tokens=None, positions=None) -> torch.Tensor:
+        tokens = self.tokens if tokens is None else tokens
+        positions = self.positions if positions is None else positions
+        with _cascade_attention_on(self.model):
+            out = self.model(input_ids=tokens[:, None], position_ids=positions[:, None], use_cache=False,
+                             logits_to_keep=1, readout_decode=self)
+        return out.logits[:, -1].float()
+
+    def _capture(self) -> None:
+        """Record the static step's forward pass as a CUDA graph (replayed by later steps). Replays rewrite the
+        same cache slot the eager step just wrote, with the same values, so warming up is harmless."""
+        self._tokens_in = self.tokens.clone()
+        self._positions_in = self.positions.clone()
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self._forward(self._tokens_in, self._positions_in)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._logits_out = self._forward(self._tokens_in, self._positions_in)
+        self._graph = graph
+        self.graph_used = True
+
+    def attend(self, layer: int, query, key, value, scaling, sliding_window):
+        """Attention for one layer: store the step's key/value in the row's buffer, attend to prompt and own parts."""
+        rows, heads, _, dim = query.shape
+        kv_heads = key.shape[1]
+        g = heads // kv_heads
+        scale = scaling if scaling is not None else dim**-0.5
+        ks, vs = self.ks[layer], self.vs[layer]
+        if self.static:
+            ks.index_copy_(2, self.step_t, key)
+            vs.index_copy_(2, self.step_t, value)
+            own_bias = self.own_bias
+        else:
+            t = self.step_index
+            ks[:, :, t] = key[:, :, 0]
+            vs[:, :, t] = value[:, :, 0]
+            ks, vs, own_bias = ks[:, :, : t + 1], vs[:, :, : t + 1], None
+        q = query.reshape(rows, kv_heads, g, dim)
+        windowed = sliding_window is not None and self.reach > sliding_window  # some key can fall out of the window
+        if self.fused and not windowed:
+            return self._attend_fused(q, ks, vs, own_bias, layer, scale).to(query.dtype).reshape(rows, 1, heads, -1)
+        own = torch.matmul(q, ks.transpose(-1, -2)).float() * scale  # [R, Hkv, g, S]
+        if own_bias is not None:
+            own = own + own_bias
+        if windowed:  # own slot s of a row at step t is t - s positions back
+            step = self.step_t if self.static else torch.tensor(self.step_index, device=self.device)
+            slots = torch.arange(own.shape[-1], device=self.device)
+            own = own.masked_fill((step - slots >= sliding_window)[None, None, None, :], float("-inf"))
+        top = own.amax(-1, keepdim=True)
+        if self.kp:
+            qg = self._to_grid(q)
+            part = torch.matmul(qg, self.kp[layer].transpose(-1, -2)).float() * scale + self.prompt_bias
+            if windowed:  # prompt key j of a prompt at position pos is pos - j back
+                pos = self.lengths - 1 + (self.step_t if self.static else self.step_index)
+                far = pos[:, None] - torch.arange(part.shape[-1], device=self.device)[None, :] >= sliding_window
+                part = part.masked_fill(far[:, None, None, :], float("-inf"))
+            top = torch.maximum(top, self._from_grid(part.amax(-1, keepdim=True), g))
+            weights = (part - self._to_grid(top)).exp()
+            out = self._from_grid(torch.matmul(weights.to(value.dtype), self.vp[layer]).float(), g)
+            total = self._from_grid(weights.sum(-1, keepdim=True), g)
+        else:
+            out, total = 0.0, 0.0
+        weights = (own - top).exp()
+        out = out + torch.matmul(weights.to(value.dtype), vs).float()
+        total = total + weights.sum(-1, keepdim=True)
+        return (out / total).to(query.dtype).reshape(rows, 1, heads, -1)
+
+    def _attend_fused(self, q, ks, vs, own_bias, layer, scale):
+        """The same attention with the prompt part through the CPU flash kernel, which also returns its
+        log-sum-exp, merged exactly with the own part (few keys per row: plain products are faster there).
+        Only used where every row has prompt keys in reach (the kernel gives a row without any unmasked key
+        a log-sum-exp of 0, not -inf)."""
+        g = q.shape[2]
+        part, part_lse = _FLASH_CPU(self._to_grid(q), self.kp[layer], self.vp[layer], 0.0, False,
+                                    attn_mask=self.prompt_bias.to(q.dtype), scale=scale)
+        part, part_lse = self._from_grid(part, g).float(), self._from_grid(part_lse[..., None], g)
+        own = torch.matmul(q, ks.transpose(-1, -2)).float().mul_(scale)
+        if own_bias is not None:
+            own = own + own_bias
+        top = torch.maximum(own.amax(-1, keepdim=True), part_lse)
+        weights = own.sub_(top).exp_()
+        a = (part_lse - top).exp_()
+        out = torch.matmul(weights.to(vs.dtype), vs).float().add_(part * a)
+        return out.div_(weights.sum(-1, keepdim=True).add_(a))
+
+
+def _prefill(model, heads, pad_id, device, token_budget, max_rows, share, stats):
+    """Keys/values of the prompts' heads ([P, Hkv, longest, D] per layer, keys and values; zero past a head's
+    end), through the scoring prefix tree: a prefix shared by several heads is computed once, each head's
+    remaining tokens on top of it."""
+    live = [i for i, h in enumerate(heads) if h]
+    if not live:
+        return [], []
+    seqs = [heads[i] for i in live]
+    window = getattr(model.config, "sliding_window", None)
+    if window and 2 * max(len(s) for s in seqs) >= window:
+        share = False  # as in scoring: padded shared prefixes would shift cache positions under a sliding window
+    stats.prompt_tokens += sum(len(s) for s in seqs)
+    held = cache_token_limit(model, device, token_budget)
+    if share:
+        plan = plan_prefix_groups(seqs)
+        tree = _Tree(model, plan, {}, pad_id, device, stats)
+        _node_kv(tree, seqs, representatives(plan), list(range(len(plan))), {}, _Bounds(token_budget, held, max_rows))
+        node_kv = tree.kv
+        forward = lambda rows: _forward_on_nodes(tree, rows, read=False)  # noqa: E731
+    else:
+        plan, node_kv = [PrefixGroup(0, (i,)) for i in range(len(seqs))], {}
+        forward = lambda rows: _plain_kv(model, [tokens for tokens, _ in rows], pad_id, device, stats)  # noqa: E731
+    node_of = {u: k for k, g in enumerate(plan) for u in g.members}
+    items = sorted(node_of.items(), key=lambda it: (len(seqs[it[0]]) - plan[it[1]].prefix_len, len(seqs[it[0]])))
+    cost = lambda it: (len(seqs[it[0]]) - plan[it[1]].prefix_len, len(seqs[it[0]]))  # noqa: E731
+    tails = {}
+    for batch in token_batches(items, cost, token_budget, held, max_rows):
+        rows = [(seqs[u][plan[k].prefix_len:], k) for u, k in batch]
+        kv = halving_on_oom(forward, rows, lambda a, b: a + b, stats)
+        tails.update({u: layers for (u, _), layers in zip(batch, kv)})
+    some = tails[0]
+    longest = max(len(h) for h in heads)
+    kp = [some_k.new_zeros((len(heads), some_k.shape[1], longest, some_k.shape[3])) for some_k, _ in some]
+    vp = [some_v.new_zeros((len(heads), some_v.shape[1], longest, some_v.shape[3])) for _, some_v in some]
+    for u, i in enumerate(live):
+        k = node_of[u]
+        pieces = [(start, node_kv[node]) for node, start in chain(plan, k)] + [(plan[k].prefix_len, tails[u])]
+        for start, layers in pieces:
+            n = layers[0][0].shape[2]
+            for layer, (keys, values) in enumerate(layers):
+                kp[layer][i, :, start : start + n] = keys[0]
+                vp[layer][i, :, start : start + n] = values[0]
+    return kp, vp
+
+
+def _plain_kv(model, rows, pad_id, device, stats):
+    """Keys/values of token rows run from scratch (right-padded, each row's real tokens first), in a cache
+    that keeps every layer whole: transformers' sliding-window cache layers would drop early keys, and with
+    padding the wrong ones."""
+    from transformers import DynamicCache
+
+    ids, mask = pad_rows(rows, pad_id, device)
+    stats.forward_passes += 1
+    stats.computed_tokens += sum(len(r) for r in rows)
+    stats.padded_tokens += ids.numel()
+    cache = DynamicCache()
+    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return [[(layer.keys[b : b + 1, :, : len(r)], layer.values[b : b + 1, :, : len(r)]) for layer in cache.layers]
+            for b, r in enumerate(rows)]
+
+
+class Dense:
+    """Fallback decode state: the model's own attention and cache (prompts left-padded, the prefill cache
+    repeated for each row, grown by the model each step)."""
+
+    def __init__(self, model, prompts: Sequence[Sequence[int]], row_prompt: Sequence[int], budget: int, *, pad_id: int, **_):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.device = model.get_input_embeddings().weight.device
+        self.prompts = [list(p) for p in prompts]
+        self.row_prompt = list(row_prompt)
+        ids, mask = pad_rows(self.prompts, pad_id, self.device, left=True)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.cache = DynamicCache(config=model.config)
+        self._prefill = (ids, mask, positions)
+        select = torch.tensor(self.row_prompt, device=self.device)
+        self.mask = mask[select]
+        self.positions = positions[select, -1]
+        self._select = select
+        self.step_index = 0
+        self._prompt_kv = None
+        self.prefill_stats = ScoreStats(prompt_tokens=sum(len(p) for p in self.prompts),
+                                        computed_tokens=sum(len(p) for p in self.prompts))
+
+    def step(self, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        if tokens is None:
+            ids, mask, positions = self._prefill
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                                use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            width = ids.shape[1]
+            self._prompt_kv = {tuple(p): [(layer.keys[b : b + 1, :, width - len(p):], layer.values[b : b + 1, :, width - len(p):])
+                                          for layer in self.cache.layers] for b, p in enumerate(self.prompts)}
+            self.cache.batch_select_indices(self._select)
+            self.step_index += 1
+            return logits[self._select]
+        self.positions = self.positions + 1
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        logits = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.positions[:, None],
+                            past_key_values=self.cache, use_cache=True).logits[:, -1].float()
+        self.step_index += 1
+        return logits
+
+    def keep(self, rows: Sequence[int]) -> None:
+        idx = torch.tensor(list(rows), device=self.device)
+        self.cache.batch_select_indices(idx)
+        self.mask, self.positions = self.mask[idx], self.positions[idx]
+        self.row_prompt = [self.row_prompt[r] for r in rows]
+
+    def prompt_kv(self) -> dict:
+        return dict(self._prompt_kv or {})
