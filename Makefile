@@ -8,7 +8,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test readout merge bench bench-deps clean-cache
+.PHONY: install test readout merge bench bench-deps mutants clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -44,6 +44,10 @@ bench:
 	$(PY) bench/d_readout_bench.py --options 4 --name d_readout_bench_4_options --out bench/results
 	$(PY) bench/stats_bench.py --out bench/results
 	$(PY) bench/gen_bench.py --out bench/results
+
+# Mutation check (not part of CI): each edit in tests/mutants/*.toml must make its listed tests fail.
+mutants:
+	$(PY) scripts/mutants.py
 
 clean-cache:
 	rm -rf $${LOGIT_READOUT_CACHE:-$$HOME/.cache/logit-readout}
