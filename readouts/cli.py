@@ -135,13 +135,17 @@ def _parse_shard(text):
 
 @cli.command("merge")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-def merge_cmd(run_dir):
+@click.option("--shards", type=int, default=None, help="the shard count the run was split into: unfinished chunks are "
+              "then reported by shard index (the ones to resubmit)")
+def merge_cmd(run_dir, shards):
     """Merge the chunks of a sharded run into its tables (after every shard has finished)."""
     from readouts.driver import merge_run
     from readouts.gap.study import GapStudy, summary_lines
 
+    if shards is not None and shards < 1:
+        raise ReadoutError(f"--shards: {shards} must be >= 1")
     merge_run(run_dir, summaries={GapStudy.kind: lambda tables: summary_lines(tables[1])},
-              log=lambda line: click.echo(line, err=True))
+              log=lambda line: click.echo(line, err=True), shards=shards)
 
 
 @cli.command("nsi")

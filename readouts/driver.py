@@ -12,6 +12,7 @@ import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
@@ -109,6 +110,11 @@ class Study(Protocol):
     def summary(self, tables: Sequence[pd.DataFrame]) -> list[str]: ...
 
 
+RANK_TIMEOUT = timedelta(hours=12)
+"""Process-group timeout of a torchrun/accelerate run (NCCL's default, 10 minutes, would end a run whose ranks
+finish their chunks minutes apart, or resume unevenly, at the final barrier)."""
+
+
 class Interrupted(Exception):
     """Raised by the stop_after_chunks testing aid, as a kill would stop the run."""
 
@@ -126,8 +132,9 @@ def parallel_context(shard, force: bool, device: str | None):
         import torch
         from accelerate import PartialState
 
-        # Without CUDA, accelerate only forms a multi-process (gloo) group when told it runs on CPU.
-        state = PartialState(cpu=not torch.cuda.is_available())
+        # Without CUDA, accelerate only forms a multi-process (gloo) group when told it runs on CPU. The
+        # group's timeout bounds every barrier: ranks that finish their chunks early wait at the last one.
+        state = PartialState(cpu=not torch.cuda.is_available(), timeout=RANK_TIMEOUT)
         return state.process_index, state.num_processes, state, device or str(state.device)
     return 0, 1, None, device
 
@@ -236,8 +243,12 @@ def run(study: Study, options: RunOptions, log=print) -> Path:
     prepare_out(job.out)
     rundir = RunDir(job.out, study.tables)
     # One process alone holds the directory exclusively; shards and ranks of one run share it (and lock chunks).
-    with rundir.lock(exclusive=ranks.world == 1):
-        return _execute(job, ranks, rundir, log)
+    try:
+        with rundir.lock(exclusive=ranks.world == 1):
+            return _execute(job, ranks, rundir, log)
+    finally:
+        if ranks.state is not None:
+            ranks.state.destroy_process_group()
 
 
 def _manifest(job: _Job, lm, extra: dict) -> dict:
@@ -312,8 +323,9 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
     return rundir.path
 
 
-def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None, log=print) -> Path:
-    """`readout merge`: after sharded jobs, check every chunk is there and write the tables the manifest names."""
+def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None, log=print, shards: int | None = None) -> Path:
+    """`readout merge`: after sharded jobs, check every chunk is there and write the tables the manifest names.
+    With `shards` (the run's shard count), unfinished chunks are also named by the shard that computes them."""
     probe = RunDir(path, ())
     manifest = probe.read_manifest()
     if manifest is None:
@@ -332,8 +344,11 @@ def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None,
         problems = [(i + 1, why) for i, ids in enumerate(chunk_records) if (why := rundir.problem(i, ids)) is not None]
         if problems:
             first, why = problems[0]
-            raise ReadoutError(f"{rundir.chunks}: chunks: {len(problems)} of {n} not finished yet (first: chunk {first}, {why}); "
-                               "rerun their shards")
+            which = ", ".join(str(i) for i, _ in problems[:20]) + (", ..." if len(problems) > 20 else "")
+            owners = "" if shards is None else (
+                "; shards to rerun: " + ", ".join(str(s) for s in sorted({(i - 1) % shards for i, _ in problems})) + f" of {shards}")
+            raise ReadoutError(f"{rundir.chunks}: chunks: {len(problems)} of {n} not finished yet (chunks {which}; "
+                               f"first: chunk {first}, {why}){owners}")
         merged = rundir.merge(chunk_records)
     rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True})
     log(f"merged {n} chunks into {rundir.path}: " + " + ".join(str(len(df)) for df in merged) + " rows")

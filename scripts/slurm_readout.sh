@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# SLURM array job: each task runs one shard of `readout run`; a dependent job merges the chunks.
+# One shard of a readout run, as one task of a SLURM array. Submit through scripts/slurm_submit.sh, which
+# passes ROOT (the repository, absolute) and SHARDS (the shard count, explicit so that one index can be
+# resubmitted alone: `--array=5` then still runs shard 5 of 8), and sends the log to ROOT/logs.
 #
-#   sbatch --array=0-7 scripts/slurm_readout.sh olmo-3-7b gap-v2 paper runs/olmo-3-7b/gap-v2/paper-seed0
-#   sbatch --dependency=afterok:<array job id> --wrap "make -C $PWD merge RUN=runs/olmo-3-7b/gap-v2/paper-seed0"
-#   STUDY=nsi sbatch --array=0-6 scripts/slurm_readout.sh olmo-3-7b nsi-14 paper runs/olmo-3-7b/nsi-14/nsi-paper-seed42
-#
-# STUDY is the `readout` command of the study: run (the judgment-action study, default) or nsi.
-#
-# Every task writes its own chunk files into the shared run directory (atomic renames, no locking needed).
-# A task that dies can simply be resubmitted: finished chunks are skipped.
+# Arguments: MODEL PANEL PROFILE OUT (OUT relative to ROOT unless absolute). STUDY=run (default) or nsi.
+# READOUT overrides the readout command (default: ROOT/.venv/bin/readout).
 #SBATCH --job-name=readout
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=64G
 #SBATCH --time=04:00:00
-#SBATCH --output=logs/readout-%A_%a.out
 set -euo pipefail
+ROOT=${ROOT:?set by scripts/slurm_submit.sh: the repository folder, absolute}
+SHARDS=${SHARDS:?set by scripts/slurm_submit.sh: the number of shards of the run}
+TASK=${SLURM_ARRAY_TASK_ID:?submit as an array job (scripts/slurm_submit.sh)}
 MODEL=${1:?model alias, folder or HF id}
+PANEL=${2:?panel}
+PROFILE=${3:?profile}
+OUT=${4:?run directory}
 STUDY=${STUDY:-run}
-PANEL=${2:-gap-v2}
-PROFILE=${3:-paper}
-OUT=${4:-runs/${MODEL//\//__}/${PANEL}/${PROFILE}-seed0}
-TASK=${SLURM_ARRAY_TASK_ID:?submit with --array}
-COUNT=${SLURM_ARRAY_TASK_COUNT:?submit with --array}
-cd "${SLURM_SUBMIT_DIR:-.}"
+case "$OUT" in /*) ;; *) OUT="$ROOT/$OUT" ;; esac
+if [ "$TASK" -lt 0 ] || [ "$TASK" -ge "$SHARDS" ]; then
+    echo "error: SLURM_ARRAY_TASK_ID=$TASK: not a shard index of $SHARDS shards (0..$((SHARDS - 1)))" >&2
+    exit 2
+fi
+cd "$ROOT"
 export HF_HUB_OFFLINE=1
-.venv/bin/readout "$STUDY" --model "$MODEL" --panel "$PANEL" --profile "$PROFILE" --out "$OUT" \
-    --shard "$TASK/$COUNT" --no-progress
+exec ${READOUT:-"$ROOT/.venv/bin/readout"} "$STUDY" --model "$MODEL" --panel "$PANEL" --profile "$PROFILE" \
+    --out "$OUT" --shard "$TASK/$SHARDS" --no-progress

@@ -54,6 +54,8 @@ def test_shards_then_merge_equal_single_run(single, tmp_path, study):
     assert any("readout merge" in line for line in logs)
     with pytest.raises(ReadoutError, match="not finished yet"):
         merge_run(out, log=lambda _: None)
+    with pytest.raises(ReadoutError, match=r"shards to rerun: 1 of 2$"):  # shard 0 finished, shard 1 did not run
+        merge_run(out, log=lambda _: None, shards=2)
     run_study(study, out, shard=(1, 2))
     with pytest.raises(SystemExit) as exc:
         main(["merge", str(out)])

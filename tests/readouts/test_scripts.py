@@ -1,5 +1,6 @@
 """The cluster/GPU entry points run: gpu_check on a tiny CPU config, the SLURM script's syntax."""
 
+import os
 import subprocess
 import sys
 
@@ -16,5 +17,53 @@ def test_gpu_check_runs_on_a_tiny_config(tmp_path):
 
 
 def test_shell_scripts_parse():
-    for script in ("scripts/slurm_readout.sh", "scripts/gpu_check.sh"):
+    for script in ("scripts/slurm_readout.sh", "scripts/slurm_submit.sh", "scripts/slurm_merge.sh", "scripts/gpu_check.sh"):
         assert subprocess.run(["bash", "-n", script], cwd=ROOT).returncode == 0
+
+
+def _fake(path, body):
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_slurm_submission_dry_run(tmp_path):
+    """The submit script with a fake sbatch: an array of shard tasks, logs in a folder it creates, the shard
+    count passed explicitly, absolute paths, a merge after every task has ended (afterany); --only resubmits
+    one index. The task script then runs shard i of n whatever the array's size."""
+    calls = tmp_path / "sbatch.calls"
+    sbatch = _fake(tmp_path / "sbatch", f'echo "$*" >> {calls}\necho $((1000 + $(wc -l < {calls})))\n')
+    env = {**os.environ, "SBATCH": sbatch, "LOGS": str(tmp_path / "logs")}
+    submit = str(ROOT / "scripts" / "slurm_submit.sh")
+    proc = subprocess.run([submit, "tiny-llama3", "gap-v1", "quick", "runs/x", "4"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    array, merge = calls.read_text().splitlines()
+    assert (tmp_path / "logs").is_dir()
+    assert "--array=0-3" in array and "SHARDS=4" in array and f"ROOT={ROOT}" in array and f"{ROOT}/runs/x" in array
+    assert f"--output={tmp_path}/logs/readout-%A_%a.out" in array
+    assert "--dependency=afterany:1001" in merge and "slurm_merge.sh" in merge
+    proc = subprocess.run([submit, "tiny-llama3", "gap-v1", "quick", "/abs/run", "4", "--only", "2"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "--array=2 " in calls.read_text().splitlines()[2] and " /abs/run" in calls.read_text()
+    bad = subprocess.run([submit, "m", "p", "q", "o", "4", "--only", "4"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a shard index of 4" in bad.stderr
+
+    readout = _fake(tmp_path / "readout", 'echo "$*"\n')
+    task_env = {**os.environ, "ROOT": str(ROOT), "SHARDS": "8", "SLURM_ARRAY_TASK_ID": "5", "READOUT": readout}
+    task = subprocess.run(["bash", "scripts/slurm_readout.sh", "m", "gap-v2", "paper", "runs/y"], cwd=ROOT, env=task_env,
+                          capture_output=True, text=True)
+    assert task.returncode == 0, task.stderr
+    assert task.stdout.split() == ["run", "--model", "m", "--panel", "gap-v2", "--profile", "paper", "--out", f"{ROOT}/runs/y",
+                                   "--shard", "5/8", "--no-progress"]
+    task_env["SLURM_ARRAY_TASK_ID"] = "8"
+    task = subprocess.run(["bash", "scripts/slurm_readout.sh", "m", "gap-v2", "paper", "runs/y"], cwd=ROOT, env=task_env,
+                          capture_output=True, text=True)
+    assert task.returncode == 2 and "not a shard index of 8 shards" in task.stderr
+
+    failing = _fake(tmp_path / "readout-fails", 'echo "error: chunks: 2 of 8 not finished yet; shards to rerun: 3 of 8" >&2\nexit 2\n')
+    merge_env = {**os.environ, "ROOT": str(ROOT), "SHARDS": "8", "READOUT": failing}
+    merged = subprocess.run(["bash", str(ROOT / "scripts" / "slurm_merge.sh"), "/abs/run", "m", "gap-v2", "paper"], cwd=tmp_path, env=merge_env,
+                            capture_output=True, text=True)
+    assert merged.returncode == 1 and "shards to rerun: 3 of 8" in merged.stderr
+    assert "slurm_submit.sh m gap-v2 paper /abs/run 8 --only <index>" in merged.stderr
