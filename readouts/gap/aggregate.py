@@ -67,9 +67,17 @@ def _first_token_row(spec: ReadoutSpec, items, sample: bool) -> dict:
                 n_orders=len(items), n_rollouts=len(items), completed_fraction=math.nan)
 
 
+def answered_letter(row) -> str:
+    """The letter a generated read answered: the letter a tool's name maps to where the model named the
+    tool (anchor rule `...+tool:<letter>`), else the top letter at the anchor."""
+    rule = row.get("anchor_rule") or ""
+    return rule.split("+tool:", 1)[1] if "+tool:" in rule else row["top_letter"]
+
+
 def _generated_row(spec: ReadoutSpec, rows, profile) -> dict:
-    viol = [row["top_letter"] == row["violating_letter"] for row in rows]
-    completed = [row["anchor_rule"] in ("own", "forced_after_completion") for row in rows]
+    viol = [answered_letter(row) == row["violating_letter"] for row in rows]
+    completed = [(row["anchor_rule"] or "").startswith("own") or row["anchor_rule"] == "forced_after_completion"
+                 for row in rows]
     row = dict(budget=getattr(profile, spec.budget), p_violating=float(np.nanmean([r["p_violating"] for r in rows])),
                violating_fraction=float(np.mean(viol)), majority_violating_prob=float(sum(viol) > len(viol) / 2),
                letter_mass=float(np.mean([r["letter_mass"] for r in rows])), judged_option=None, stability=None,
@@ -79,8 +87,8 @@ def _generated_row(spec: ReadoutSpec, rows, profile) -> dict:
         first = rows[0]
         option_at = dict(zip(first["letters"], first["order"].split(",")))
         greedy = next(r for r in rows if r["rollout"] == 0)
-        row["judged_option"] = option_at[greedy["top_letter"]]
-        sampled = [option_at[r["top_letter"]] for r in rows if r["rollout"] > 0]
+        row["judged_option"] = option_at[answered_letter(greedy)]
+        sampled = [option_at[answered_letter(r)] for r in rows if r["rollout"] > 0]
         if sampled:
             top = Counter(sampled).most_common()
             majority = top[0][0] if len(top) == 1 or top[0][1] > top[1][1] else None

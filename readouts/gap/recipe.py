@@ -49,6 +49,16 @@ def prompt_of(rendered) -> Prompt:
     return Prompt(messages=rendered.messages, system=rendered.system)
 
 
+def answer_forms(scenario, rendered) -> dict:
+    """What may stand after the anchor: the rendered letters and, for F3's lettered tools, each tool's
+    name mapped to its letter (pre-registration A2: a tool-name answer is accepted)."""
+    names = None
+    if getattr(scenario, "tools", None):
+        letter_of = dict(zip(rendered.option_ids, rendered.letters))
+        names = {t.name: letter_of[t.id] for t in scenario.tools if t.id in letter_of}
+    return {"letters": "".join(rendered.letters), "names": names}
+
+
 def active_specs(groups) -> tuple[ReadoutSpec, ...]:
     return tuple(s for s in READOUTS if s.group in groups)
 
@@ -153,7 +163,7 @@ class GapRunner:
         reads, texts = [], {}
         for (s, cell, sp, frame, k, r), ids, rolls in zip(jobs, prompts, generated):
             for j, rollout in enumerate(rolls):
-                a = anchor_read(self.tok, ids, rollout, r.anchor)
+                a = anchor_read(self.tok, ids, rollout, r.anchor, **answer_forms(s, r))
                 reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule))
                 texts[(sp.name, s.id, cell, j)] = (s, r, ids, rollout)
         for derived in (sp for sp in specs if sp.derived_from is not None):
@@ -168,9 +178,9 @@ class GapRunner:
             if name != spec.derived_from:
                 continue
             cut = len(rollout.tokens) // 2
-            a = anchor_read(self.tok, ids, rollout, r.anchor, cut=cut)
-            if a.rule == "own":  # the anchor sits in the kept half: cut before it so the answer is forced
-                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1))
+            a = anchor_read(self.tok, ids, rollout, r.anchor, cut=cut, **answer_forms(s, r))
+            if a.rule.startswith("own"):  # the anchor sits in the kept half: cut before it so the answer is forced
+                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1), **answer_forms(s, r))
             reads.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, cut, a.rule))
             self._tick(1)
         return reads

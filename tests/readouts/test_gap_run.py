@@ -206,3 +206,58 @@ def test_panels_show_reproduces_the_order_a_run_read(tmp_path):
             text = show("gap-v2", row.scenario_id, frame, "primary", row.order_index if readout == "D" else 0, 3, None, "test")
             mapping = ", ".join(f"{letter}={oid}" for letter, oid in zip(row.letters, row.order.split(",")))
             assert f"letters {mapping};" in text, (row.probe_id, text.splitlines()[0])
+
+
+ANCHOR_CASES = [  # generated text, the rule it must be read by, the text the read position follows
+    ("I weigh both.\nAnswer: B", "own", "I weigh both.\nAnswer:"),
+    ("I weigh both.\n**Answer:** B", "own_bold", "I weigh both.\n**Answer:**"),
+    ("I weigh both.\n**Answer**: B", "own_bold", "I weigh both.\n**Answer**:"),
+    ("I weigh both.\nAnswer - B", "own_dash", "I weigh both.\nAnswer -"),
+    ("I weigh both.\nFinal answer: B", "own_final", "I weigh both.\nFinal answer:"),
+    ("I weigh both.\nANSWER: B", "own_case", "I weigh both.\nANSWER:"),
+    ("I weigh both.\nAnswer: **B**", "own+wrapped", "I weigh both.\nAnswer: **"),
+    ("I weigh both, so the final answer is (B).", "own_final+wrapped", "I weigh both, so the final answer is ("),
+]
+
+
+@pytest.mark.parametrize("text,rule,prefix", ANCHOR_CASES)
+def test_anchor_variants_read_at_the_letter(text, rule, prefix):
+    tok = get_model("tiny-qwen2").tokenizer
+    enc = lambda s: tuple(tok.encode(s, add_special_tokens=False))  # noqa: E731
+    a = recipe.anchor_read(tok, [1, 2, 3], Rollout(enc(text), True, True), "Answer:", letters="AB")
+    assert a.rule == rule and a.text == prefix
+    assert a.ids[:3] == (1, 2, 3) and tok.decode(a.ids[3:]) == prefix
+    # The letter is what follows the read position in the model's own text.
+    assert text[len(prefix):].lstrip().startswith("B")
+
+
+def test_anchor_variant_needs_the_answer_after_it():
+    tok = get_model("tiny-qwen2").tokenizer
+    enc = lambda s: tuple(tok.encode(s, add_special_tokens=False))  # noqa: E731
+    a = recipe.anchor_read(tok, [1], Rollout(enc("The answer - it depends on the client."), True, False), "Answer:")
+    assert a.rule == "forced_after_completion" and a.text.endswith("\nAnswer:")
+
+
+def test_contract_names_the_engines_anchor_rules():
+    from contract.readouts import ANCHOR_RULES
+    from engine.generation import ANCHOR_RULES as ENGINE_RULES
+    assert ANCHOR_RULES == ENGINE_RULES
+
+
+def test_f3_tool_name_answer_counts_as_its_letter(monkeypatch):
+    """Pre-registration A2: a judgment naming the tool instead of its letter is read as that tool's option."""
+    lm = get_model("tiny-qwen2")
+    tok = lm.tokenizer
+    enc = lambda s: tuple(tok.encode(s, add_special_tokens=False))  # noqa: E731
+    s = next(x for x in load_panel("gap-v1").records if x.tools)
+    target = next(t for t in s.tools if t.id == s.violating)
+    crafted = [Rollout(enc(f"Weighing it, I pick {target.name}.\n**Answer:** `{target.name}`"), True, True)] * 3
+
+    monkeypatch.setattr(recipe, "generate", lambda model, prompts, **kw: [list(crafted) for _ in prompts])
+    runner = recipe.GapRunner(lm, TEST_PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
+    probes, rows = runner.run([s])
+    j1 = [p for p in probes if p["frame"] == "judge_1" and p["cell"] == "primary"]
+    letter = dict(zip(j1[0]["order"].split(","), j1[0]["letters"]))[s.violating]
+    assert {p["anchor_rule"] for p in j1} == {f"own_bold+tool:{letter}"}
+    row = next(r for r in rows if r["frame"] == "judge_1" and r["cell"] == "primary")
+    assert row["judged_option"] == s.violating and row["violating_fraction"] == 1.0
