@@ -205,13 +205,17 @@ def compare_cmd(run_dirs, out, roles, seed, n_boot):
 @click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats for one run; required for several)")
 @click.option("--groups", default=None, type=click.Path(dir_okay=False), help="model -> group mapping (JSON, or CSV model,group)")
 @click.option("--seed", default=0, show_default=True, type=int)
-def nsi_stats_cmd(run_dirs, out, groups, seed):
+@click.option("--null", "null_mode", type=click.Choice(["pooled", "per-dilemma"]), default="pooled", show_default=True,
+              help="pooled: the paper's (NSI of model-pooled rates, null on pooled counts); per-dilemma: mean of "
+                   "per-dilemma NSI against per-dilemma nulls. Recorded in every table")
+def nsi_stats_cmd(run_dirs, out, groups, seed, null_mode):
     """Negation-sensitivity statistics across one or more `readout nsi` runs."""
     from stats.nsi import load_groups, run_nsi_stats
 
     if len(run_dirs) > 1 and out is None:
         raise ReadoutError("--out: required when several run directories are given")
-    for line in run_nsi_stats(list(run_dirs), out, groups=load_groups(groups) if groups else None, seed=seed):
+    for line in run_nsi_stats(list(run_dirs), out, groups=load_groups(groups) if groups else None, seed=seed,
+                              null_mode=null_mode):
         click.echo(line)
 
 

@@ -12,14 +12,23 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stats.nsi.cells import Cells, build_cells, sampled
+from stats.nsi.cells import COMPLIANCE, Cells, build_cells, sampled, subset_models, usable_dilemmas
 from stats.nsi.continuous import continuous_domain_table, continuous_points, continuous_table
-from stats.nsi.endorsement import acquiescence_table, agreement_table, endorsement_table, group_endorsement_table, parse_table
+from stats.nsi.endorsement import (
+    acquiescence_table,
+    agreement_table,
+    endorsement_table,
+    group_dilemma_table,
+    group_endorsement_table,
+    parse_table,
+)
+from stats.nsi.measures import DEFAULT_NULL, NULL_MODES
 from stats.nsi.rankings import domain_table, model_domain_table, model_table, scenario_table, temperature_table
 from stats.nsi.significance import ALPHA_FDR, cochran_table, group_tests_table
 from stats.nsi.tiers import TABLE6
 
-TIER_COLUMNS = ["model", "group", "domain", "nsi", "nsi_ci_low", "nsi_ci_high", "bands", "tier", "tier_range", "tier_point"]
+TIER_COLUMNS = ["model", "group", "domain", "null", "nsi", "nsi_ci_low", "nsi_ci_high", "bands", "tier",
+                "tier_conservative_ci", "tier_range"]
 
 
 @dataclass(frozen=True)
@@ -56,16 +65,25 @@ def fmt_p(p: float) -> str:
 
 
 def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict | None, seed: int, n_null: int,
-                n_boot: int) -> NsiAnalysis:
+                n_boot: int, null_mode: str = DEFAULT_NULL) -> NsiAnalysis:
     """All the tables and headlines of the audit. ``replies`` must hold sampled (T > 0) replies; ``groups``
-    (model -> group label, or None) adds the group tables and tests."""
+    (model -> group label, or None) adds the group tables and tests; ``null_mode`` (measures.NULL_MODES)
+    chooses the unit of a model's NSI and its null, recorded in the tables' ``null`` column and a headline."""
+    if null_mode not in NULL_MODES:
+        raise ValueError(f"null mode {null_mode!r}: expected one of {', '.join(NULL_MODES)}")
     samp = sampled(replies)
     cells = build_cells(samp)
     t: list[NsiTable] = []
     temps = sorted(samp["temperature"].unique())
     headlines = [f"nsi: {len(cells.models)} model(s) x {len(cells.dilemmas)} dilemmas x 4 framings, {len(samp)} "
-                 f"sampled replies (T {', '.join(f'{x:g}' for x in temps)}), {samp['parse_ok'].mean():.1%} parsed"]
-    models_tab, acq, md = _rates_and_nsi(t, cells, groups, seed, n_null, n_boot, replies)
+                 f"sampled replies (T {', '.join(f'{x:g}' for x in temps)}), {samp['parse_ok'].mean():.1%} parsed",
+                 f"null: {null_mode}" + (" (the paper's: NSI of model-pooled rates against Binomial(N_f, p) draws "
+                                         "of the pooled counts)" if null_mode == "pooled" else
+                                         " (mean of per-dilemma NSI against per-dilemma nulls; not the paper's)")]
+    compliant, line = _compliance(t, cells)
+    headlines.append(line)
+    groups = {m: g for m, g in groups.items() if m in compliant} if groups else groups
+    models_tab, acq, md = _rates_and_nsi(t, cells, groups, seed, n_null, n_boot, replies, null_mode, compliant)
     headlines.append(_cochran(t, cells, groups, seed, n_null, samp))
     headlines += _model_headlines(models_tab, acq)
     if groups:
@@ -75,8 +93,9 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
         if np.isfinite(kw["statistic"]):
             headlines.append(f"Kruskal-Wallis on corrected NSI across groups: H={kw['statistic']:.2f}, "
                              f"p={fmt_p(kw['p_two_sided'])}, eps2={kw['epsilon_sq']:.2f}, eta2_H={kw['eta_sq_h']:.2f}")
-    if len(cells.models) >= 2:
-        agr = agreement_table(cells, seed, n_boot)
+    kept = subset_models(cells, [m in compliant for m in cells.models])
+    if len(kept.models) >= 2:
+        agr = agreement_table(kept, seed, n_boot)
         t.append(NsiTable("nsi_agreement", "Inter-model agreement by framing (sec. 4.1)", agr))
         headlines.append("inter-model agreement: " + ", ".join(f"{r.framing} {r.agreement:.0%}" for r in agr.itertuples()))
     temp = temperature_table(replies, cells, seed, n_boot)
@@ -86,13 +105,16 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
                       f"(diff {r.diff:+.3f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}])" for r in temp.itertuples(index=False)]
     tiers = pd.concat([models_tab.assign(domain="(all)", bands=f"A<{TABLE6.a_below:.2f}, C>={TABLE6.c_from:.2f}")[TIER_COLUMNS],
                        md[TIER_COLUMNS]], ignore_index=True)
-    t.append(NsiTable("nsi_tiers", "Audit tiers A/B/C on the CI (Tables 6-7; tier = band of the CI's upper end)", tiers))
+    t.append(NsiTable("nsi_tiers", "Audit tiers A/B/C (Tables 6-7): tier = band of the observed NSI (sec. 5.2); "
+                                   "tier_conservative_ci = band of the CI's upper end", tiers))
     cont_dom = points = None
     if cont is not None:
         cont_tab = continuous_table(cont, cells, models_tab, seed, n_boot)
         cont_dom = continuous_domain_table(cont, cells)
-        t.append(NsiTable("nsi_continuous", "NSI on the continuous readout p_endorse (exact; no null needed)", cont_tab))
-        t.append(NsiTable("nsi_continuous_domain", "Continuous NSI by model x domain (Table 7 tier of the value)", cont_dom))
+        t.append(NsiTable("nsi_continuous", "NSI on the continuous readout p_endorse (this project's extension, not the "
+                                            "paper's; exact, no null; untiered)", cont_tab))
+        t.append(NsiTable("nsi_continuous_domain", "Continuous NSI by model x domain (this project's extension; untiered)",
+                          cont_dom))
         for r in cont_tab.itertuples(index=False):
             binary = f"binary {r.nsi_binary:.3f}" if np.isfinite(r.nsi_binary) else "binary undefined"
             headlines.append(f"{r.model}: continuous NSI {r.nsi_continuous:.3f} [{r.ci_low:.2f}, {r.ci_high:.2f}] "
@@ -102,22 +124,41 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
                        cont_dom if cont_dom is not None and len(cont_dom) else None, points)
 
 
-def _rates_and_nsi(t: list[NsiTable], cells: Cells, groups, seed, n_null, n_boot, replies):
+def _compliance(t: list[NsiTable], cells: Cells) -> tuple[set, str]:
+    """The 80% compliance rule (sec. 3.3): the models kept for the cross-model statistics, the headline line."""
+    usable = usable_dilemmas(cells)
+    share = usable / max(len(cells.dilemmas), 1)
+    tab = pd.DataFrame({"model": cells.models, "usable_dilemmas": usable, "n_dilemmas": len(cells.dilemmas),
+                        "usable_share": share, "compliant": share >= COMPLIANCE})
+    t.append(NsiTable("nsi_compliance", f"Usable dilemmas per model (a parsed reply under every framing); models below "
+                                        f"{COMPLIANCE:.0%} are left out of the group statistics (sec. 3.3)", tab))
+    out = tab.loc[~tab["compliant"], "model"].tolist()
+    line = (f"compliance: {len(tab) - len(out)} of {len(tab)} model(s) have >= {COMPLIANCE:.0%} usable dilemmas"
+            + (f"; left out of group tables, group tests, agreement and Table 3: {', '.join(out)}" if out else ""))
+    return set(tab.loc[tab["compliant"], "model"]), line
+
+
+def _rates_and_nsi(t: list[NsiTable], cells: Cells, groups, seed, n_null, n_boot, replies, null_mode, compliant):
     """Parse outcomes, Table 4, endorsement and acquiescence, NSI by model x domain and by domain."""
     t.append(NsiTable("nsi_parse", "Parse outcomes (Appendix C.4 stages)", parse_table(replies)))
-    models_tab = model_table(cells, groups, seed, n_null, n_boot)
-    t.append(NsiTable("nsi_models", "Model rankings by NSI (Table 4; CI = scenario-cluster bootstrap of the observed NSI; "
-                                    "tier on the CI, Table 6)", models_tab))
-    t.append(NsiTable("nsi_endorsement", "Endorsement rate by framing (binary proxy, mean over dilemmas)",
+    models_tab = model_table(cells, groups, seed, n_null, n_boot, null_mode)
+    models_tab.insert(models_tab.columns.get_loc("model") + 1, "compliant", models_tab["model"].isin(compliant))
+    t.append(NsiTable("nsi_models", f"Model rankings by NSI (Table 4; null: {null_mode}; CI = scenario-cluster bootstrap "
+                                    "of the observed NSI; p Bonferroni over models; tier of the observed NSI, Table 6)",
+                      models_tab))
+    t.append(NsiTable("nsi_endorsement", "Endorsement rate by framing (binary proxy, pooled over the model's replies)",
                       endorsement_table(cells, groups, seed, n_boot)))
     if groups:
-        t.append(NsiTable("nsi_endorsement_groups", "Endorsement by framing and group (Table 2)",
+        t.append(NsiTable("nsi_endorsement_groups", "Endorsement by framing and group, pooled within group (Table 2)",
                           group_endorsement_table(cells, groups, seed, n_boot)))
+        t.append(NsiTable("nsi_endorsement_groups_by_dilemma", "Endorsement by framing per dilemma, pooled within group "
+                                                               "(Table 5 is the financial-1 rows)", group_dilemma_table(cells, groups)))
     acq = acquiescence_table(cells, groups, seed, n_boot)
     t.append(NsiTable("nsi_acquiescence", "Acquiescence p0 + p1 - 1 (sec. 4.2)", acq))
-    md = model_domain_table(cells, groups, seed, n_null, n_boot)
-    t.append(NsiTable("nsi_model_domain", "NSI by model x domain (nested CI; tier on the CI, Table 7)", md))
-    t.append(NsiTable("nsi_domains", "NSI by domain (Table 3)", domain_table(md)))
+    md = model_domain_table(cells, groups, seed, n_null, n_boot, null_mode)
+    t.append(NsiTable("nsi_model_domain", f"NSI by model x domain (Fig. 5; null: {null_mode}; nested CI; Table 7 tier)", md))
+    t.append(NsiTable("nsi_domains", "NSI by domain, mean over compliant models (Table 3)",
+                      domain_table(md[md["model"].isin(compliant)] if compliant else md)))
     return models_tab, acq, md
 
 
@@ -132,8 +173,11 @@ def _cochran(t: list[NsiTable], cells: Cells, groups, seed, n_null, samp: pd.Dat
                 .reset_index())
     t.append(NsiTable("nsi_cochran", f"Cochran's Q per model x dilemma, BH q < {ALPHA_FDR}", coch_sum))
     n_pairs, n_tested, n_sig = len(coch), int(coch["p_value"].notna().sum()), int(coch["significant"].sum())
-    return (f"Cochran's Q: {n_sig}/{n_pairs} model x dilemma pairs ({n_sig / max(n_pairs, 1):.1%}) show a framing effect "
-            f"after BH (q < {ALPHA_FDR}); {n_pairs - n_tested} untestable (no block varies)")
+    # The share's denominator is the BH family (the tested pairs), as the paper's "61.9% of model-scenario
+    # pairs" is a share of its 224 tests; untestable pairs are counted apart.
+    return (f"Cochran's Q: {n_sig}/{n_tested} tested model x dilemma pairs ({n_sig / max(n_tested, 1):.1%}) show a "
+            f"framing effect after BH (q < {ALPHA_FDR}, family of {n_tested}); {n_pairs - n_tested} of {n_pairs} pairs "
+            "untestable (no block varies) and left out of the family")
 
 
 def _model_headlines(models_tab: pd.DataFrame, acq: pd.DataFrame) -> list[str]:
@@ -146,6 +190,7 @@ def _model_headlines(models_tab: pd.DataFrame, acq: pd.DataFrame) -> list[str]:
                          f"({r.n_replies} parsed sampled replies)")
             continue
         lines.append(f"{r.model}: NSI {r.nsi:.3f} [{r.nsi_ci_low:.2f}, {r.nsi_ci_high:.2f}] (corrected {r.nsi_corrected:.3f}, "
-                     f"null p {fmt_p(r.p_null)}); F0/F1 NSI {r.nsi_01:.3f}; p0+p1-1 {acq_v:+.2f}; tier {r.tier} "
-                     f"(CI spans {r.tier_range}, point {r.tier_point})")
+                     f"{r.null} null p {fmt_p(r.p_null)}, Bonferroni {fmt_p(r.p_null_bonferroni)}); F0/F1 NSI "
+                     f"{r.nsi_01:.3f}; p0+p1-1 {acq_v:+.2f}; tier {r.tier} (conservative on the CI: "
+                     f"{r.tier_conservative_ci}, CI spans {r.tier_range})")
     return lines

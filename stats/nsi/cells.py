@@ -95,3 +95,20 @@ def continuous_arrays(cont: pd.DataFrame, cells: Cells) -> tuple[np.ndarray, np.
             idx = (mi[row.model], si[row.dilemma_id], FRAMINGS.index(row.framing))
             pe[idx], pa[idx] = row.p_endorse, row.p_agree
     return pe, pa
+
+
+COMPLIANCE = 0.8
+"""Sec. 3.3: "models below an 80% compliance rule (e.g. Gemini-3-Pro, 1 of 14 usable) are excluded from
+analysis": the share of a model's dilemmas that are usable (a parsed reply under every framing)."""
+
+
+def usable_dilemmas(cells: Cells) -> np.ndarray:
+    """Per model, the dilemmas with at least one parsed reply under every framing (M,)."""
+    return (cells.n > 0).all(axis=2).sum(axis=1)
+
+
+def subset_models(cells: Cells, keep) -> Cells:
+    """The same counts for the models whose flag in ``keep`` (M,) is true."""
+    keep = np.asarray(keep, dtype=bool)
+    return Cells(tuple(m for m, k in zip(cells.models, keep) if k), cells.dilemmas, cells.domains,
+                 cells.n[keep], cells.k[keep], cells.agree[keep])

@@ -1,6 +1,9 @@
-"""The negation statistics on the continuous readout: p_endorse, the exact probability of the endorsing
-answer (no sampling, hence no null correction): NSI per model with cluster CIs and tier beside the binary
-NSI, NSI per model x domain with its Table 7 tier, and the continuous p0, p1 of the acquiescence figure.
+"""The negation statistics on the continuous readout, this project's extension (the paper leaves token
+probabilities to future work, sec. 6): p_endorse, the exact probability of the endorsing answer at the
+decision field (no sampling, hence no null correction). NSI per model (mean over dilemmas of the
+per-dilemma NSI, since there are no reply counts to pool) with cluster CIs beside the binary NSI, NSI per
+model x domain, and the continuous p0, p1 of the acquiescence figure. Not tiered: Tables 6-7's bands were
+set on sampled binary NSI, and a probability's NSI is on another scale.
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ from stats.core.bootstrap import cluster_ci
 from stats.core.seeding import ENTROPY, rng_for
 from stats.nsi.cells import PAIR_IDX, Cells, continuous_arrays
 from stats.nsi.measures import nsi_array
-from stats.nsi.tiers import TABLE6, domain_bands, tier_of, tier_on_ci
 
 
 def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame, seed: int, n_boot: int) -> pd.DataFrame:
-    """Per model: NSI on p_endorse (all four, F0/F1) with cluster CIs and tier, next to the binary NSI."""
+    """Per model: NSI on p_endorse (all four, F0/F1) with cluster CIs, next to the binary NSI (untiered)."""
     pe, pa = continuous_arrays(cont, cells)
     binary = models_tab.set_index("model")
     rows = []
@@ -27,7 +29,6 @@ def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame,
             continue
         per2 = nsi_array(pe[m_i][:, PAIR_IDX])
         lo, hi = cluster_ci(per4, rng_for(seed, "boot", model, "continuous", mix=ENTROPY), n_boot)
-        call = tier_on_ci(float(np.nanmean(per4)), lo, hi, TABLE6)
         p0s, p1s = (pa[m_i, :, i] for i in PAIR_IDX)
         both = np.isfinite(p0s) & np.isfinite(p1s)
         b4 = nsi_array(cells.rates[m_i])
@@ -39,18 +40,13 @@ def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame,
             "acquiescence_continuous": float(np.mean(p0s[both] + p1s[both] - 1.0)) if both.any() else np.nan,
             "nsi_binary": float(binary.loc[model, "nsi"]) if model in binary.index else np.nan,
             "spearman_per_dilemma": float(rho),
-            "tier": call.tier, "tier_range": call.tier_range, "tier_point": call.tier_point,
             "n_dilemmas": int(np.isfinite(per4).sum()),
         })
     return pd.DataFrame(rows)
 
 
 def continuous_domain_table(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
-    """Per model x domain: NSI on p_endorse (mean over the domain's dilemmas) and its Table 7 tier.
-
-    The continuous readout has no sampling noise; with two dilemmas per domain there is nothing to bootstrap,
-    so the tier is that of the value itself.
-    """
+    """Per model x domain: NSI on p_endorse (mean over the domain's dilemmas), untiered."""
     pe, _ = continuous_arrays(cont, cells)
     rows = []
     for m_i, model in enumerate(cells.models):
@@ -62,7 +58,7 @@ def continuous_domain_table(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
             v = float(np.nanmean(per))
             rows.append({"model": model, "domain": dom, "nsi": v,
                          "nsi_01": float(np.nanmean(nsi_array(pe[m_i][sel][:, PAIR_IDX]))),
-                         "tier": tier_of(v, domain_bands(dom)), "n_dilemmas": int(np.isfinite(per).sum())})
+                         "n_dilemmas": int(np.isfinite(per).sum())})
     return pd.DataFrame(rows)
 
 

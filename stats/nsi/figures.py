@@ -144,7 +144,7 @@ def heatmap_figure(model_domain: pd.DataFrame, models_tab: pd.DataFrame, path: P
     means = grid.mean(axis=0)
     if continuous is not None:
         cgrid = continuous.pivot(index="model", columns="domain", values="nsi").reindex(index=grid.index, columns=grid.columns)
-        ctiers = continuous.pivot(index="model", columns="domain", values="tier").reindex(index=grid.index, columns=grid.columns)
+        ctiers = pd.DataFrame(None, index=grid.index, columns=grid.columns)  # the continuous NSI is not tiered
         means = means.fillna(cgrid.mean(axis=0))
     dom_order = means.sort_values(ascending=False, na_position="last").index.tolist()
     info = models_tab.set_index("model")
@@ -168,7 +168,7 @@ def heatmap_figure(model_domain: pd.DataFrame, models_tab: pd.DataFrame, path: P
     axes[0].set_yticks(range(n_r), labels, fontsize=8.5)
     cb = fig.colorbar(im, ax=axes, fraction=0.035 if len(panels) > 1 else 0.04, pad=0.01)
     cb.set_label("NSI (0 robust, 1 fragile)")
-    fig.suptitle("Negation Sensitivity Index by model and domain (cell: NSI over F0-F3, Table 7 tier)", fontsize=10.5)
+    fig.suptitle("Negation Sensitivity Index by model and domain (cell: NSI over F0-F3; binary panel: Table 7 tier)", fontsize=10.5)
     return save(fig, path)
 
 
@@ -196,5 +196,53 @@ def overcount_figure(over: pd.DataFrame, path: Path) -> Path:
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("P(gold != SUPPORTS_X | proxy endorse)")
     ax.set_title("Binary proxy over-count of genuine endorsement (Wilson 95% CIs)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return save(fig, path)
+
+
+def composition_figure(comp: pd.DataFrame, path: Path) -> Path:
+    """Gold class composition of proxy-endorse rows per framing and pooled, stacked horizontal bars (paper Fig. 2).
+
+    ``comp``: the gold_composition table (column ``framing`` with a ``pooled`` row, one column per gold class).
+    """
+    classes = [c for c in comp.columns if c != "framing"]
+    cmap = colormap("tab10")
+    fig, (ax,) = new_figure(7.2, 0.55 * len(comp) + 1.8)
+    rows = comp.set_index("framing")
+    left = np.zeros(len(rows))
+    y = np.arange(len(rows))[::-1]
+    for i, c in enumerate(classes):
+        vals = rows[c].to_numpy(dtype=float)
+        ax.barh(y, vals, left=left, color=cmap(i % 10), label=c, height=0.6)
+        for yi, lft, v in zip(y, left, vals):
+            if v > 0:
+                ax.text(lft + v / 2, yi, f"{int(v)}", ha="center", va="center", fontsize=7.5, color="white")
+        left += vals
+    ax.set_yticks(y, list(rows.index))
+    ax.set_xlabel("proxy-endorse rows")
+    ax.set_title("Gold class of rows the binary proxy labels 'endorse'", fontsize=10)
+    ax.legend(loc="lower right", fontsize=7.5, framealpha=0.9)
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, path)
+
+
+def agreement_figure(agr: pd.DataFrame, path: Path) -> Path:
+    """Inter-model agreement by framing with its 95% CI, affirmative green and negated red (paper Fig. 3)."""
+    fig, (ax,) = new_figure(5.6, 4.0)
+    x = np.arange(len(agr))
+    val = agr["agreement"].to_numpy(dtype=float)
+    lo, hi = agr["ci_low"].to_numpy(dtype=float), agr["ci_high"].to_numpy(dtype=float)
+    colors = ["#c0504d" if n else "#4f9a4f" for n in agr["negated"]]
+    ax.bar(x, val, color=colors, width=0.6)
+    err = np.vstack([val - lo, hi - val])
+    ok = np.isfinite(err).all(axis=0)
+    ax.errorbar(x[ok], val[ok], yerr=err[:, ok], fmt="none", ecolor="black", capsize=4, lw=1)
+    for xi, v in zip(x, val):
+        if np.isfinite(v):
+            ax.text(xi, v + 0.02, f"{v:.0%}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, agr["framing"])
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("pairwise agreement (same label)")
+    ax.set_title("Inter-model agreement by framing", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return save(fig, path)

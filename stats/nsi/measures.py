@@ -2,10 +2,20 @@
 no-framing-effect null, the acquiescence index, and the effect sizes of the group test.
 
 * NSI = max_f P_a^f - min_f P_a^f (eq. 2) over the framings compared.
-* Null: under no framing effect, each framing's n_f valid replies in a dilemma are Binomial(n_f, p) with p
-  the dilemma's rate pooled over the framings compared; seeded draws give E[NSI | no effect] per dilemma
-  and, averaged over dilemmas, per model. corrected = observed - expected; the one-sided p is
-  (1 + #draws >= observed) / (1 + draws).
+* The null (``NULL_MODES``), two readings selectable by ``null_mode`` and recorded in every output:
+
+  - ``pooled`` (the paper's, the default): a model's NSI is eq. 2 on its endorsement rates pooled over
+    its dilemmas (P_a^f = sum_s k_sf / sum_s n_sf, dilemmas with a parsed reply under every framing
+    compared); under no framing effect each framing's N_f = sum_s n_sf valid replies are Binomial(N_f, p)
+    with p the model's rate pooled over dilemmas and framings. Table 4: "'Corrected' subtracts the
+    simulated null expectation E[NSI | no framing effect]", and sec. 4.4: "each model's observed NSI
+    exceeding all 2,000 null simulations"; Appendix B: "NSI measures the maximum endorsement swing across
+    all four framings". At about 420 replies per framing this null is 0.02-0.05, Table 4's corrections.
+  - ``per-dilemma`` (the earlier reading, kept for comparison): a model's NSI is the mean over dilemmas
+    of the per-dilemma NSI, and each dilemma's n_f replies are Binomial(n_f, p_s) with p_s that dilemma's
+    rate; at 30 replies per cell its expectation is 3-4x Table 4's corrections.
+
+  corrected = observed - expected; the one-sided p is (1 + #draws >= observed) / (1 + draws).
 * Acquiescence p0 + p1 - 1 with p0, p1 the raw *agree* rates on F0, F1.
 * epsilon^2 = H / (n - 1) and eta^2_H = (H - k + 1) / (n - k) of a Kruskal-Wallis H.
 """
@@ -21,6 +31,9 @@ from stats.core.seeding import ENTROPY, rng_for
 
 N_NULL = 2000
 """Simulated null draws (the paper's 2,000)."""
+NULL_MODES = ("pooled", "per-dilemma")
+"""How a model's NSI and its null are computed (module docstring); the first is the paper's."""
+DEFAULT_NULL = NULL_MODES[0]
 
 
 def nsi_from_rates(rates, framings=FRAMINGS) -> float:
@@ -92,7 +105,7 @@ class NullResult:
     """Observed NSI of one model against its simulated no-framing-effect null."""
 
     observed: float
-    """Mean over dilemmas of the per-dilemma NSI."""
+    """The model's NSI: of its pooled rates (``pooled``) or the mean of its per-dilemma NSI (``per-dilemma``)."""
     expected: float
     """E[NSI | no framing effect] (mean of the null draws)."""
     corrected: float
@@ -100,7 +113,9 @@ class NullResult:
     p_value: float
     """One-sided (1 + #draws >= observed) / (1 + draws)."""
     per_dilemma_expected: tuple
-    """E[NSI | no effect] per dilemma (NaN where the dilemma's NSI is undefined)."""
+    """E[NSI | no effect] per dilemma (NaN where the dilemma's NSI is undefined; NaN throughout for ``pooled``)."""
+    mode: str = "per-dilemma"
+    """Which null (NULL_MODES)."""
 
 
 def model_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator, n_draws: int = N_NULL) -> NullResult:
@@ -123,3 +138,45 @@ def model_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generat
     expected = float(model_draws.mean())
     p = (1 + int(np.sum(model_draws >= observed - 1e-12))) / (1 + n_draws)
     return NullResult(observed, expected, observed - expected, p, tuple(per))
+
+
+def pooled_rates(n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counts (S, F) -> (pooled rate per framing, pooled valid replies per framing, dilemmas kept).
+
+    Dilemmas without a parsed reply under every framing are left out, so that every framing's rate pools
+    the same dilemmas.
+    """
+    keep = (n > 0).all(axis=1)
+    n_f, k_f = n[keep].sum(axis=0), k[keep].sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rates = np.where(n_f > 0, k_f / np.maximum(n_f, 1), np.nan)
+    return rates, n_f, keep
+
+
+def pooled_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator, n_draws: int = N_NULL) -> NullResult:
+    """The paper's null for one model: eq. 2 on the model-pooled rates against Binomial(N_f, p) draws.
+
+    ``n``, ``k``: (S, 4) counts; ``framing_idx`` selects the framings compared.
+    """
+    n_sel, k_sel = n[:, framing_idx], k[:, framing_idx]
+    rates, n_f, keep = pooled_rates(n_sel, k_sel)
+    nan = float("nan")
+    per = tuple([nan] * n.shape[0])
+    if not keep.any():
+        return NullResult(nan, nan, nan, nan, per, "pooled")
+    observed = float(rates.max() - rates.min())
+    p = k_sel[keep].sum() / n_f.sum()
+    draws = null_nsi_draws(n_f, np.asarray(p), n_draws, rng)  # (B,)
+    expected = float(draws.mean())
+    p_value = (1 + int(np.sum(draws >= observed - 1e-12))) / (1 + n_draws)
+    return NullResult(observed, expected, observed - expected, p_value, per, "pooled")
+
+
+def nsi_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator, n_draws: int = N_NULL,
+             mode: str = DEFAULT_NULL) -> NullResult:
+    """A model's NSI against its null, by ``mode`` (NULL_MODES)."""
+    if mode == "pooled":
+        return pooled_null(n, k, framing_idx, rng, n_draws)
+    if mode == "per-dilemma":
+        return model_null(n, k, framing_idx, rng, n_draws)
+    raise ValueError(f"null mode {mode!r}: expected one of {', '.join(NULL_MODES)}")

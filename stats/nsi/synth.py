@@ -69,6 +69,41 @@ def _reply(rng: np.random.Generator, decision: str, endorse: int) -> tuple[str, 
     return body, 1
 
 
+_SCORES = ("confidence", "adherence_to_laws", "adherence_to_social_ethics", "objective_positive_consequences",
+           "objective_negative_consequences")
+
+
+def _reply_row(rng: np.random.Generator, model: str, dil: str, dom: str, f: str, temp: float, idx: int,
+               endorse: int | None) -> dict:
+    """One reply row; ``endorse`` None makes a reply cut at the budget that no parser stage accepts."""
+    neg = NEGATED[f]
+    row = {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg, "temperature": temp,
+           "sample": idx}
+    decision = "agree" if bool(endorse) != neg else "disagree"
+    text, stage = _reply(rng, decision, int(bool(endorse)))
+    if endorse is None:
+        text = text[: max(5, len(text) // 2)].replace("}", "")  # cut at the budget: never closes
+        row.update(text=text, generated_tokens=len(text) // 4, truncated=True, parse_ok=False, parse_stage=None,
+                   parse_error=TRUNCATION_ERROR, decision=None, endorse=None, reasoning=None)
+        row.update({k: None for k in _SCORES})
+        return row
+    obj = json.loads(text[text.index("{"): text.rindex("}") + 1]) if stage == 1 else json.loads(text.split("\n", 1)[1])
+    row.update(text=text, generated_tokens=len(text) // 4, truncated=False, parse_ok=True, parse_stage=stage,
+               parse_error=None, decision=decision, endorse=int(endorse), reasoning=obj["reasoning"],
+               **{k: float(obj[k]) for k in _SCORES})
+    return row
+
+
+def _continuous_row(rng: np.random.Generator, model: str, dil: str, dom: str, f: str, p: float, noise: float) -> dict:
+    neg = NEGATED[f]
+    pe = float(np.clip(p + rng.normal(0.0, noise), 1e-3, 1 - 1e-3))
+    pa = 1.0 - pe if neg else pe
+    total = float(rng.uniform(0.6, 0.95))
+    return {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg,
+            "mass_agree": pa * total, "mass_disagree": (1.0 - pa) * total, "p_agree": pa,
+            "p_endorse": 1.0 - pa if neg else pa, "prompt_tokens": int(rng.integers(250, 420))}
+
+
 def synthetic_tables(model: str, rates: np.ndarray, *, n_samples: int = 30, temperature: float = 0.7,
                      greedy: bool = True, parse_failure_rate: float = 0.02, continuous_noise: float = 0.03,
                      rng: np.random.Generator, dilemmas=DILEMMAS) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -79,40 +114,49 @@ def synthetic_tables(model: str, rates: np.ndarray, *, n_samples: int = 30, temp
     rows, cont = [], []
     for s_i, (dil, dom) in enumerate(dilemmas):
         for f_i, f in enumerate(FRAMINGS):
-            neg = NEGATED[f]
             p = float(np.clip(rates[s_i, f_i], 0.0, 1.0))
             draws = [(temperature, i) for i in range(n_samples)]
             if greedy:
                 draws.append((0.0, 0))
             for temp, idx in draws:
                 endorse = int(p >= 0.5) if temp == 0.0 else int(rng.random() < p)
-                decision = "agree" if bool(endorse) != neg else "disagree"
-                text, stage = _reply(rng, decision, endorse)
                 fail = temp > 0 and rng.random() < parse_failure_rate
-                row = {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg,
-                       "temperature": temp, "sample": idx}
-                if fail:
-                    text = text[: max(5, len(text) // 2)].replace("}", "")  # cut at the budget: never closes
-                    row.update(text=text, generated_tokens=len(text) // 4, truncated=True, parse_ok=False,
-                               parse_stage=None, parse_error=TRUNCATION_ERROR, decision=None, endorse=None)
-                    row.update({k: None for k in ("confidence", "adherence_to_laws", "adherence_to_social_ethics",
-                                                  "objective_positive_consequences", "objective_negative_consequences",
-                                                  "reasoning")})
-                else:
-                    obj = json.loads(text[text.index("{"): text.rindex("}") + 1]) if stage == 1 else json.loads(text.split("\n", 1)[1])
-                    row.update(text=text, generated_tokens=len(text) // 4, truncated=False, parse_ok=True,
-                               parse_stage=stage, parse_error=None, decision=decision, endorse=endorse,
-                               **{k: float(obj[k]) for k in ("confidence", "adherence_to_laws", "adherence_to_social_ethics",
-                                                              "objective_positive_consequences", "objective_negative_consequences")},
-                               reasoning=obj["reasoning"])
-                rows.append(row)
-            pe = float(np.clip(p + rng.normal(0.0, continuous_noise), 1e-3, 1 - 1e-3))
-            pa = 1.0 - pe if neg else pe
-            total = float(rng.uniform(0.6, 0.95))
-            cont.append({"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg,
-                         "mass_agree": pa * total, "mass_disagree": (1.0 - pa) * total, "p_agree": pa,
-                         "p_endorse": 1.0 - pa if neg else pa, "prompt_tokens": int(rng.integers(250, 420))})
+                rows.append(_reply_row(rng, model, dil, dom, f, temp, idx, None if fail else endorse))
+            cont.append(_continuous_row(rng, model, dil, dom, f, p, continuous_noise))
     return NSI_REPLIES.frame(rows), NSI_CONTINUOUS.frame(cont)
+
+
+def count_tables(model: str, n: np.ndarray, k: np.ndarray, *, n_samples: int | None = None, temperature: float = 0.7,
+                 rng: np.random.Generator, dilemmas=DILEMMAS) -> pd.DataFrame:
+    """A reply table with exact counts: per dilemma x framing, ``n`` parsed replies of which ``k`` endorse,
+    then parse failures up to ``n_samples`` sampled rows (default: the largest n). For reproducing published
+    counts: nothing is drawn but the reply texts."""
+    n, k = np.asarray(n, dtype=int), np.asarray(k, dtype=int)
+    if n.shape != (len(dilemmas), len(FRAMINGS)) or k.shape != n.shape or (k > n).any() or (k < 0).any():
+        raise ValueError(f"n, k must be ({len(dilemmas)}, {len(FRAMINGS)}) counts with 0 <= k <= n")
+    total = int(n.max()) if n_samples is None else int(n_samples)
+    rows = []
+    for s_i, (dil, dom) in enumerate(dilemmas):
+        for f_i, f in enumerate(FRAMINGS):
+            for idx in range(total):
+                endorse = None if idx >= n[s_i, f_i] else int(idx < k[s_i, f_i])
+                rows.append(_reply_row(rng, model, dil, dom, f, temperature, idx, endorse))
+    return NSI_REPLIES.frame(rows)
+
+
+def write_count_run(run_dir, model: str, n: np.ndarray, k: np.ndarray, *, seed: int = 0, **kwargs) -> Path:
+    """Write an NSI run directory holding exactly the counts ``n``, ``k`` (see ``count_tables``)."""
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    count_tables(model, n, k, rng=np.random.default_rng(seed), **kwargs).to_parquet(run / NSI_REPLIES.file, index=False)
+    _write_manifest(run, model, seed, int(np.max(n)))
+    return run
+
+
+def _write_manifest(run: Path, model: str, seed: int, samples: int) -> None:
+    manifest = {"model": {"name": model, "source": "synthetic"}, "panel": {"name": "nsi-14"},
+                "profile": {"name": "synthetic", "samples": samples}, "seed": seed, "readouts": ["nsi"]}
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
 def write_synthetic_run(run_dir, model: str, rates: np.ndarray, *, seed: int = 0, continuous: bool = True,
@@ -124,8 +168,5 @@ def write_synthetic_run(run_dir, model: str, rates: np.ndarray, *, seed: int = 0
     rep.to_parquet(run / NSI_REPLIES.file, index=False)
     if continuous:
         cont.to_parquet(run / NSI_CONTINUOUS.file, index=False)
-    manifest = {"model": {"name": model, "source": "synthetic"}, "panel": {"name": "nsi-14"},
-                "profile": {"name": "synthetic", "samples": kwargs.get("n_samples", 30)}, "seed": seed,
-                "readouts": ["nsi"]}
-    (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    _write_manifest(run, model, seed, kwargs.get("n_samples", 30))
     return run

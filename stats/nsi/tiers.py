@@ -1,8 +1,12 @@
-"""Audit tiers A/B/C (the negation paper's Tables 6-7), assigned on the CI, not the point estimate.
+"""Audit tiers A/B/C (the negation paper's Tables 6-7) on the binary-proxy NSI.
 
-``tier`` is the band holding the CI's upper end (latitude must be demonstrated, sec. 5.2), ``tier_range``
-the bands the CI spans, and ``tier_point`` the band of the point estimate. Model level uses Table 6;
-model x domain uses Table 7 (domains not in Table 7 use Table 6).
+``tier`` is the band of the point estimate: sec. 5.2 places models by their observed NSI ("the four small
+open-weight models in our sample and one US commercial model (Claude-Haiku-4.5, observed NSI 0.71) fall in
+the highest-concern band (C)"; on Table 4 that is 5 models in C, 8 in B, 3 in A). ``tier_conservative`` is
+the band of the CI's upper end, a labelled conservative column for the paper's caveat that "band membership
+should be assigned on confidence intervals rather than point estimates"; ``tier_range`` the bands the CI
+spans. Model level uses Table 6; model x domain uses Table 7 (domains not in Table 7 use Table 6). The bands
+were set on sampled binary NSI; the continuous readout's NSI is not tiered.
 """
 
 from __future__ import annotations
@@ -51,17 +55,17 @@ class TierCall:
     """A tier assigned on a confidence interval."""
 
     tier: str | None
-    """Band of the CI's upper end (the conservative call)."""
+    """Band of the point estimate (the paper's placement, sec. 5.2)."""
+    tier_conservative: str | None
+    """Band of the CI's upper end (the conservative call on the CI)."""
     tier_range: str | None
     """Bands the CI spans, e.g. ``B-C``, or one letter."""
-    tier_point: str | None
-    """Band of the point estimate, for reference."""
 
 
 def tier_on_ci(point: float, ci_low: float, ci_high: float, bands: TierBands = TABLE6) -> TierCall:
-    """Assign a tier on the CI (sec. 5.2: 'band membership should be assigned on confidence intervals')."""
+    """The point-estimate tier, with the CI's conservative tier and span beside it."""
     lo, hi = tier_of(ci_low, bands), tier_of(ci_high, bands)
     span = None if lo is None or hi is None else (lo if lo == hi else f"{lo}-{hi}")
-    return TierCall(tier=hi, tier_range=span, tier_point=tier_of(point, bands))
+    return TierCall(tier=tier_of(point, bands), tier_conservative=hi, tier_range=span)
 
 

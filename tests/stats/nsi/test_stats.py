@@ -18,8 +18,6 @@ from stats.nsi import (
     DILEMMAS,
     TABLE6,
     NSITableError,
-    acquiescence_from_endorsement,
-    acquiescence_index,
     acquiescent_rates,
     bh_adjust,
     build_cells,
@@ -33,7 +31,6 @@ from stats.nsi import (
     kruskal_groups,
     load_runs,
     model_null,
-    nsi_from_rates,
     pairwise_mannwhitney,
     read_replies,
     run_nsi_stats,
@@ -47,10 +44,6 @@ from tests.conftest import ROOT
 # ---------------------------------------------------------------------------------------------------
 # the paper's published rates and the values it derives from them
 
-# Table 2: binary-proxy endorsement by framing and model category.
-TABLE2 = {"CN": [0.37, 0.21, 0.39, 0.44], "US": [0.25, 0.34, 0.32, 0.57], "OSS": [0.24, 0.77, 0.31, 1.00]}
-# Table 5: financial-1 (robbery), pooled within category.
-TABLE5 = {"CN": [0.25, 0.41, 0.20, 0.50], "US": [0.40, 0.98, 0.44, 0.00], "OSS": [0.52, 1.00, 1.00, 0.98]}
 # Table 4: bias-corrected NSI per model, with Table 1's categories.
 TABLE4_CORRECTED = {
     "Phi-4-mini-3.8B": ("OSS", 0.813), "LLaMA-3.2-1B": ("OSS", 0.804), "Gemma-3-4B": ("OSS", 0.718),
@@ -63,50 +56,6 @@ TABLE4_OBSERVED = {"Phi-4-mini-3.8B": 0.857, "LLaMA-3.2-1B": 0.857, "Gemma-3-4B"
                    "Granite-3.3-2B": 0.643, "Grok-4.1-non-reasoning": 0.467, "Claude-Sonnet-4.5": 0.421,
                    "GPT-5.2": 0.369, "GLM-4.6": 0.356, "Qwen3-8B": 0.341, "GPT-5-mini": 0.334, "Kimi-K2": 0.324,
                    "DeepSeek-V3.2": 0.213, "Grok-4.1-reasoning": 0.202, "Gemini-3-Flash": 0.181, "GPT-5.1": 0.179}
-
-
-def test_table2_framing_swings():
-    # Sec. 4.1: "the action-endorsement swing from F0 to F3 is about +76 pp (OSS), +32 (US), +7 (CN)".
-    for group, pp in {"OSS": 0.76, "US": 0.32, "CN": 0.07}.items():
-        assert TABLE2[group][3] - TABLE2[group][0] == pytest.approx(pp, abs=1e-9)
-    # NSI over all four framings is the max swing: for OSS and US it is F0 -> F3; for CN, F1 (0.21) -> F3 (0.44).
-    assert nsi_from_rates(TABLE2["OSS"]) == pytest.approx(0.76)
-    assert nsi_from_rates(TABLE2["US"]) == pytest.approx(0.32)
-    assert nsi_from_rates(TABLE2["CN"]) == pytest.approx(0.23)
-    # Polarity NSI over {F0, F1}: CN's "16-point swing across a polarity pair"; OSS 0.24 -> 0.77.
-    assert nsi_from_rates(TABLE2["CN"][:2]) == pytest.approx(0.16)
-    assert nsi_from_rates(dict(zip(FRAMINGS, TABLE2["CN"])), framings=("F0", "F1")) == pytest.approx(0.16)
-    assert nsi_from_rates(TABLE2["OSS"][:2]) == pytest.approx(0.53)
-    # "US commercial models show a 36% increase from F0 to F1 (0.25 to 0.34)".
-    assert TABLE2["US"][1] / TABLE2["US"][0] - 1 == pytest.approx(0.36)
-
-
-def test_table2_acquiescence():
-    # Sec. 4.2: p0 + p1 - 1 = -0.54 (OSS), +0.16 (CN), -0.08 (US). From Table 2's rounded rates:
-    # p0 = P_a(F0), p1 = 1 - P_a(F1), so the index is P_a(F0) - P_a(F1): CN exactly, OSS and US within the
-    # 0.01 that two-decimal rounding of the published rates allows.
-    assert acquiescence_from_endorsement(*TABLE2["CN"][:2]) == pytest.approx(0.16, abs=1e-9)
-    assert acquiescence_from_endorsement(*TABLE2["OSS"][:2]) == pytest.approx(-0.54, abs=0.0101)
-    assert acquiescence_from_endorsement(*TABLE2["US"][:2]) == pytest.approx(-0.08, abs=0.0101)
-    # The signed index is the signed polarity NSI.
-    for rates in TABLE2.values():
-        assert abs(acquiescence_from_endorsement(*rates[:2])) == pytest.approx(nsi_from_rates(rates[:2]))
-    assert acquiescence_index(0.5, 0.5) == 0.0
-
-
-def test_table5_and_case_studies():
-    # Sec. 4.5: US "jumps from 40% to 98% under simple negation", CN "move only from 25% to 41%".
-    assert nsi_from_rates(TABLE5["US"][:2]) == pytest.approx(0.58)
-    assert nsi_from_rates(TABLE5["CN"][:2]) == pytest.approx(0.16)
-    assert nsi_from_rates(TABLE5["US"]) == pytest.approx(0.98)  # 0% (F3) to 98% (F1)
-    assert nsi_from_rates(TABLE5["OSS"]) == pytest.approx(0.48)
-    # Medical: "aggregate endorsement moves 34 points across the polarity pair (41% at F0 to 7% at F1)".
-    assert nsi_from_rates([0.41, 0.07]) == pytest.approx(0.34)
-    # Military: US 50% -> 88% and CN 48% -> 25%: opposite movements of 38 and 23 points.
-    assert acquiescence_from_endorsement(0.50, 0.88) == pytest.approx(-0.38)
-    assert acquiescence_from_endorsement(0.48, 0.25) == pytest.approx(+0.23)
-    # Appendix B: Grok-4.1-reasoning 0.20 vs non-reasoning 0.47, "a 57% reduction".
-    assert 1 - TABLE4_OBSERVED["Grok-4.1-reasoning"] / TABLE4_OBSERVED["Grok-4.1-non-reasoning"] == pytest.approx(0.57, abs=0.005)
 
 
 def test_group_tests_reproduce_section_4_2():
@@ -139,9 +88,12 @@ def test_tiers_tables_6_and_7():
     c = sorted(m for m, v in TABLE4_OBSERVED.items() if tier_of(v) == "C")
     assert c == sorted(["Phi-4-mini-3.8B", "LLaMA-3.2-1B", "Gemma-3-4B", "Claude-Haiku-4.5", "Granite-3.3-2B"])
     assert tier_of(0.179) == "A" and tier_of(0.20) == "B" and tier_of(0.499) == "B" and tier_of(0.50) == "C"
-    # On the CI: Gemini-3-Flash, 0.18 observed with CI [0.03, 0.36], is not certifiably tier A.
+    # The main tier is the point estimate's; the CI's upper end gives the labelled conservative call:
+    # Gemini-3-Flash, 0.18 observed with CI [0.03, 0.36], is A on the point, B on the CI.
     call = tier_on_ci(0.181, 0.03, 0.36, TABLE6)
-    assert (call.tier, call.tier_range, call.tier_point) == ("B", "A-B", "A")
+    assert (call.tier, call.tier_conservative, call.tier_range) == ("A", "B", "A-B")
+    # On Table 4's own CIs the conservative call puts more models in C than sec. 5.2's five.
+    assert tier_on_ci(0.421, 0.20, 0.67, TABLE6).tier_conservative == "C"
     # Table 7: stricter bands for financial/business/military, then legal.
     assert domain_bands("financial").a_below == 0.10 and domain_bands("Military").c_from == 0.35
     assert domain_bands("legal").a_below == 0.15 and domain_bands("legal").c_from == 0.40
@@ -254,12 +206,20 @@ def test_run_nsi_stats_end_to_end(tmp_path):
 
     models = pd.read_csv(out / "nsi_models.csv").set_index("model")
     scen = pd.read_csv(out / "nsi_scenarios.csv")
-    # A model's NSI is the mean of its per-dilemma NSI; blind models rank above steady ones and are tier C.
+    # A model's NSI is eq. 2 on its pooled rates (the paper's null mode); the per-dilemma mean is beside it.
     for m, g in scen.groupby("model"):
-        assert models.loc[m, "nsi"] == pytest.approx(g["nsi"].mean())
+        assert models.loc[m, "nsi"] == models.loc[m, "nsi_pooled"]
+        assert models.loc[m, "nsi_dilemma_mean"] == pytest.approx(g["nsi"].mean())
+    # The scenario-cluster CI is centred on the observed NSI (Table 4); a range of pooled rates near 0 sits at
+    # the edge of its resample distribution, so the containment is checked where the NSI is large.
+    for m in ("blind-1", "blind-2"):
         assert models.loc[m, "nsi_ci_low"] <= models.loc[m, "nsi"] <= models.loc[m, "nsi_ci_high"]
     assert set(models.index[models["rank"] <= 2]) == {"blind-1", "blind-2"}
-    assert (models.loc[["blind-1", "blind-2"], "tier"] == "C").all()
+    # Tier: Table 6's band of the observed NSI; the conservative column reads the CI's upper end.
+    for m in models.index:
+        assert models.loc[m, "tier"] == tier_of(models.loc[m, "nsi"])
+    assert (models.loc[["blind-1", "blind-2"], "tier"] != "A").all()
+    assert (models.loc[["blind-1", "blind-2"], "tier_conservative_ci"] == "C").all()
     assert (models.loc[["blind-1", "blind-2"], "p_null"] < 0.01).all()
     # Steady models: corrected NSI near 0 (its sd is about 0.03 at 12 samples per cell).
     assert (models.loc[["steady-1", "steady-2"], "nsi_corrected"].abs() < 0.1).all()
