@@ -220,34 +220,48 @@ def nsi_stats_cmd(run_dirs, out, groups, seed, null_mode):
 
 
 @cli.command("nsi-export")
-@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--n", "n_items", default=200, show_default=True, type=int, help="items to sample")
-@click.option("--stratify", default="framing", show_default=True, help="column(s) to stratify by, comma-separated")
-@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/coding)")
+@click.option("--stratify", default="framing", show_default=True, help="column(s) to stratify by, comma-separated "
+              "(e.g. framing,model across several runs)")
+@click.option("--allocation", type=click.Choice(["equal", "paper"]), default="equal", show_default=True,
+              help="equal shares per stratum, or the paper's Sample A mix (negated framings oversampled)")
+@click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/coding for one run; required for several)")
 @click.option("--seed", default=0, show_default=True, type=int)
-def nsi_export_cmd(run_dir, n_items, stratify, out, seed):
-    """A stratified sample of replies for human coding (Label Studio import and CSV)."""
+def nsi_export_cmd(run_dirs, n_items, stratify, allocation, out, seed):
+    """A stratified sample of replies of one or several runs for human coding (Label Studio import and CSV)."""
     from pathlib import Path
 
     from stats.nsi import export_sample
 
-    for line in export_sample(run_dir, out or str(Path(run_dir) / "coding"), n=n_items, stratify=stratify, seed=seed):
+    if len(run_dirs) > 1 and out is None:
+        raise ReadoutError("--out: required when several run directories are given")
+    for line in export_sample(list(run_dirs), out or str(Path(run_dirs[0]) / "coding"), n=n_items, stratify=stratify,
+                              seed=seed, allocation=allocation):
         click.echo(line)
 
 
 @cli.command("nsi-gold")
-@click.argument("run_dir", type=click.Path(file_okay=False))
-@click.argument("gold", type=click.Path(dir_okay=False))
-@click.argument("second", required=False, type=click.Path(dir_okay=False))
-@click.option("--out", "-o", default=None, help="output folder for the tables (default RUN_DIR/coding)")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--gold", "gold", required=True, type=click.Path(dir_okay=False), help="adjudicated gold labels")
+@click.option("--rater-a", default=None, type=click.Path(dir_okay=False), help="rater A's independent labels")
+@click.option("--rater-b", default=None, type=click.Path(dir_okay=False), help="rater B's independent labels")
+@click.option("--second", default=None, type=click.Path(dir_okay=False),
+              help="without rater files: a second file compared with the gold file for reliability")
+@click.option("--groups", default=None, type=click.Path(dir_okay=False), help="model -> group mapping (JSON, or CSV model,group)")
+@click.option("--out", "-o", default=None, help="output folder for the tables (default RUN_DIR/coding for one run)")
 @click.option("--seed", default=0, show_default=True, type=int)
-def nsi_gold_cmd(run_dir, gold, second, out, seed):
-    """Gold labels against the binary proxy: over-count, kappa, alpha, AC1, conflicts, judge F1."""
+def nsi_gold_cmd(run_dirs, gold, rater_a, rater_b, second, groups, out, seed):
+    """Gold labels against the binary proxy: over-count, kappa, alpha, AC1, conflicts (and their permutation
+    test by group), judge F1."""
     from pathlib import Path
 
-    from stats.nsi import gold_report
+    from stats.nsi import gold_report, load_groups
 
-    for line in gold_report(run_dir, gold, second, out or str(Path(run_dir) / "coding"), seed=seed):
+    if len(run_dirs) > 1 and out is None:
+        raise ReadoutError("--out: required when several run directories are given")
+    for line in gold_report(list(run_dirs), gold, second, out or str(Path(run_dirs[0]) / "coding"), seed=seed,
+                            groups=load_groups(groups) if groups else None, rater_a=rater_a, rater_b=rater_b):
         click.echo(line)
 
 

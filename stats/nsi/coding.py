@@ -55,7 +55,7 @@ from contract import FRAMINGS
 from contract.tables import NSI_REPLIES
 from stats.core.errors import NSITableError
 from stats.core.seeding import ENTROPY, rng_for
-from stats.nsi.tables import REPLY_KEY, read_replies
+from stats.nsi.tables import REPLY_KEY, read_replies_many
 
 ACTION_STANCE = ("SUPPORTS_X", "OPPOSES_X", "PERMISSIBLE_NOT_REQUIRED", "UNCERTAIN_DEPENDS", "REFUSE_INVALID")
 INTEGRITY = ("CONSISTENT", "DECISION_REASONING_CONFLICT", "AMBIGUOUS", "NONANSWER")
@@ -169,29 +169,59 @@ def codebook_markdown() -> str:
     return "\n".join(lines)
 
 
-def _allocate(sizes: dict, n: int) -> dict:
-    """Equal allocation of n over strata, capped by stratum size, leftovers to strata with room."""
+ALLOCATIONS = ("equal", "paper")
+"""How ``n`` items are spread over strata: equal shares, or the paper's Sample A framing mix (``PAPER_FRAMING``)."""
+PAPER_FRAMING = {"F0": 24, "F1": 75, "F2": 24, "F3": 75}
+"""Sample A's items per framing (sec. 3.6: 198 items, "negated framings oversampled by design"): sec. 4.2
+gives 75 F3 items (17/75), 150 negated (15.3% = 23/150) and 48 affirmative (6.25% = 3/48) ones, so F1 has
+75; the split of the 48 affirmative items between F0 and F2 is not published and is taken as even."""
+
+
+def _allocate(sizes: dict, n: int, weights: dict | None = None) -> dict:
+    """Allocation of n over strata in proportion to ``weights`` (default equal), capped by stratum size,
+    leftovers passed on to strata with room (largest quota first)."""
+    weights = weights or {k: 1.0 for k in sizes}
     alloc = {k: 0 for k in sizes}
     left = min(n, sum(sizes.values()))
     while left > 0:
-        open_ = [k for k in sizes if alloc[k] < sizes[k]]
-        share = max(1, left // len(open_))
-        for k in open_:
-            take = min(share, sizes[k] - alloc[k], left)
-            alloc[k] += take
-            left -= take
-            if left == 0:
-                break
+        room = [k for k in sizes if alloc[k] < sizes[k]]
+        open_ = [k for k in room if weights.get(k, 0) > 0] or room
+        wsum = sum(weights.get(k, 0) for k in open_) or len(open_)
+        quota = {k: left * (weights.get(k, 0) / wsum if wsum else 1 / len(open_)) for k in open_}
+        give = {k: min(sizes[k] - alloc[k], int(quota[k])) for k in open_}
+        if sum(give.values()) == 0:  # fewer items left than strata: one to the most under-served stratum
+            give[min(open_, key=lambda k: alloc[k] / (weights.get(k, 0) or 1e-9))] = 1
+        for k, g in give.items():
+            alloc[k] += g
+            left -= g
     return alloc
 
 
-def coding_sample(replies: pd.DataFrame, n: int, strata: list[str], seed: int) -> pd.DataFrame:
-    """A seeded sample of ``n`` sampled (T > 0), parsed replies with their item ids, equal shares per stratum
-    (capped by each stratum's size), in a random order."""
+def _paper_allocation(sizes: dict, n: int, strata: list[str]) -> dict:
+    """The paper's mix: ``n`` over framings by ``PAPER_FRAMING`` (capped by what each framing has), then each
+    framing's share equally over its strata (e.g. the models)."""
+    if "framing" not in strata:
+        raise NSITableError("--allocation paper: stratify by framing (e.g. --stratify framing,model)")
+    pos = strata.index("framing")
+    framing_of = {k: (k[pos] if isinstance(k, tuple) else k) for k in sizes}
+    per_framing = {f: sum(v for k, v in sizes.items() if framing_of[k] == f) for f in FRAMINGS}
+    totals = _allocate(per_framing, n, PAPER_FRAMING)
+    alloc = {}
+    for f in FRAMINGS:
+        alloc.update(_allocate({k: v for k, v in sizes.items() if framing_of[k] == f}, totals[f]))
+    return alloc
+
+
+def coding_sample(replies: pd.DataFrame, n: int, strata: list[str], seed: int, allocation: str = "equal") -> pd.DataFrame:
+    """A seeded sample of ``n`` sampled (T > 0), parsed replies with their item ids, allocated over the strata
+    (equal shares, or the paper's framing mix; capped by each stratum's size), in a random order."""
+    if allocation not in ALLOCATIONS:
+        raise NSITableError(f"--allocation: {allocation!r} is not one of {', '.join(ALLOCATIONS)}")
     pool = replies[(replies["temperature"] > 0) & replies["parse_ok"]]
     rng = rng_for(seed, mix=ENTROPY)
     groups = {k: g for k, g in pool.groupby(strata, sort=True)} if strata else {"all": pool}
-    alloc = _allocate({k: len(g) for k, g in groups.items()}, n)
+    sizes = {k: len(g) for k, g in groups.items()}
+    alloc = _paper_allocation(sizes, n, strata) if allocation == "paper" else _allocate(sizes, n)
     parts = [g.iloc[np.sort(rng.choice(len(g), size=alloc[k], replace=False))] for k, g in groups.items() if alloc[k]]
     return pd.concat(parts).iloc[rng.permutation(sum(len(p) for p in parts))]
 
@@ -208,18 +238,23 @@ def coding_items(sample: pd.DataFrame, panel: dict) -> list[dict]:
     return rows
 
 
-def export_sample(run_dir, out_dir, n: int = 200, stratify="framing", seed: int = 0, *, panel_path=None) -> list[str]:
-    """Write a stratified sample of sampled, parsed replies for human coding; returns summary lines.
+def export_sample(run_dirs, out_dir, n: int = 200, stratify="framing", seed: int = 0, *, panel_path=None,
+                  allocation: str = "equal") -> list[str]:
+    """Write a stratified sample of sampled, parsed replies of one or several runs for human coding; returns
+    summary lines.
 
-    Strata are the values of ``stratify`` (a column name, a comma-separated list, or a list), each given an
-    equal share of ``n`` (capped by its size). Files in ``out_dir``: ``nsi_coding_tasks.json`` (Label Studio
-    import: a list of tasks), ``nsi_coding_config.xml`` (its labeling config), ``nsi_coding_project.json``
-    (title, label config and instructions, for Label Studio's project API), ``nsi_coding_sample.csv`` (the
-    same items with empty label columns, for coding outside Label Studio), ``nsi_coding_key.csv`` (item ->
-    model, framing, proxy label: keep it away from coders), ``CODEBOOK.md``.
+    Strata are the values of ``stratify`` (a column name, a comma-separated list, or a list), e.g.
+    ``framing,model`` across several runs; ``allocation`` ``equal`` gives each stratum an equal share of ``n``,
+    ``paper`` the paper's Sample A mix (``PAPER_FRAMING``: negated framings oversampled), evenly over the
+    other strata columns; both capped by stratum size. Files in ``out_dir``: ``nsi_coding_tasks.json``
+    (Label Studio import: a list of tasks), ``nsi_coding_config.xml`` (its labeling config),
+    ``nsi_coding_project.json`` (title, label config and instructions, for Label Studio's project API),
+    ``nsi_coding_sample.csv`` (the same items with empty label columns, for coding outside Label Studio),
+    ``nsi_coding_key.csv`` (item -> model, framing, proxy label: keep it away from coders), ``CODEBOOK.md``.
     """
-    run_dir, out = Path(run_dir), Path(out_dir)
-    replies = with_ids(read_replies(run_dir))
+    run_dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
+    run_dir, out = Path(run_dirs[0]), Path(out_dir)
+    replies = with_ids(read_replies_many(run_dirs))
     pool = replies[(replies["temperature"] > 0) & replies["parse_ok"]]
     if pool.empty:
         raise NSITableError(f"{run_dir / NSI_REPLIES.file}: column parse_ok: no parsed sampled replies to export")
@@ -227,7 +262,7 @@ def export_sample(run_dir, out_dir, n: int = 200, stratify="framing", seed: int 
     for c in cols:
         if c not in pool.columns:
             raise NSITableError(f"{run_dir / NSI_REPLIES.file}: column {c}: not found (asked to stratify by it)")
-    sample = coding_sample(replies, n, cols, seed)
+    sample = coding_sample(replies, n, cols, seed, allocation)
     panel = _find_panel(run_dir, panel_path)
     rows = coding_items(sample, panel)
     out.mkdir(parents=True, exist_ok=True)
@@ -236,7 +271,8 @@ def export_sample(run_dir, out_dir, n: int = 200, stratify="framing", seed: int 
     (out / "nsi_coding_config.xml").write_text(config)
     codebook = codebook_markdown()
     (out / "CODEBOOK.md").write_text(codebook)
-    project = {"title": f"NSI coding: {run_dir.name}", "description": "Negation-sensitivity audit, human coding (sec. 3.6)",
+    name = run_dir.name if len(run_dirs) == 1 else f"{len(run_dirs)} runs"
+    project = {"title": f"NSI coding: {name}", "description": "Negation-sensitivity audit, human coding (sec. 3.6)",
                "label_config": config, "expert_instruction": "<pre>" + escape(codebook) + "</pre>",
                "show_instruction": True}
     (out / "nsi_coding_project.json").write_text(json.dumps(project, indent=1, ensure_ascii=False))
@@ -247,7 +283,8 @@ def export_sample(run_dir, out_dir, n: int = 200, stratify="framing", seed: int 
     csv.to_csv(out / "nsi_coding_sample.csv", index=False)
     sample[KEY_COLUMNS].to_csv(out / "nsi_coding_key.csv", index=False)
     counts = sample.groupby(cols).size().to_dict() if cols else {"all": len(sample)}
-    lines = [f"nsi-export: {len(sample)} items from {len(pool)} parsed sampled replies -> {out}",
+    lines = [f"nsi-export: {len(sample)} items from {len(pool)} parsed sampled replies of {pool['model'].nunique()} "
+             f"model(s) ({allocation} allocation) -> {out}",
              "strata (" + (", ".join(cols) or "none") + "): " + ", ".join(f"{k}={v}" for k, v in counts.items())]
     if not panel:
         lines.append("panel file not found: scenario, action and proposal columns are empty (pass panel_path)")

@@ -24,7 +24,7 @@ from stats.core.output import md_section, write_table
 from stats.core.seeding import ENTROPY, rng_for
 from stats.nsi.agreement import agreement, cohen_kappa, macro_f1, wilson
 from stats.nsi.coding import ACTION_STANCE, AXES, JUDGE_GATE, with_ids
-from stats.nsi.tables import read_replies
+from stats.nsi.tables import read_replies_many
 
 SUPPORTS = "SUPPORTS_X"
 """The stance the binary proxy's 'endorse' claims: SUPPORTS_X."""
@@ -100,47 +100,55 @@ def _prop_row(label: str, k: int, n: int, **extra) -> dict:
     return {"stratum": label, **extra, "k": p.k, "n": p.n, "rate": p.p, "ci_low": p.ci_low, "ci_high": p.ci_high}
 
 
-def gold_report(run_dir, gold_csv, second_csv=None, out_dir=None, *, groups: dict | None = None, seed: int = 0,
-                n_boot: int = 2000) -> list[str]:
-    """Score gold labels against the run's binary proxy; returns headline lines, writes tables when ``out_dir``.
+def gold_report(run_dirs, gold_csv, second_csv=None, out_dir=None, *, groups: dict | None = None, seed: int = 0,
+                n_boot: int = 2000, rater_a=None, rater_b=None) -> list[str]:
+    """Score gold labels against the binary proxy of one or several runs; returns headline lines, writes tables
+    when ``out_dir``.
 
     Computes (sec. 3.6, 4.2): the proxy over-count P(gold != SUPPORTS_X | proxy endorse) with Wilson CIs per
     framing and pooled (and the under-count P(gold = SUPPORTS_X | proxy not endorse)); the gold class
     composition of proxy-endorse rows; proxy-vs-gold Cohen's kappa and accuracy (pooled, per model, per group);
     post-stratified gold SUPPORTS_X rates per framing (the sample's rates within proxy strata, weighted by the
-    run's proxy shares); decision-reasoning conflict rates with Wilson CIs per framing and model, with Fisher's
-    exact test negated vs affirmative; with ``second_csv``, two-rater reliability per axis (raw agreement,
-    Cohen's kappa, Krippendorff's alpha with an item-bootstrap CI, Gwet's AC1); with judge columns, the
-    judge's macro-F1 against gold.
+    runs' proxy shares); decision-reasoning conflict rates with Wilson CIs per framing and model, with Fisher's
+    exact test negated vs affirmative and, with ``groups``, the exact one-sided permutation test of each group's
+    per-model rates against the rest; two-rater reliability per axis (raw agreement, Cohen's kappa,
+    Krippendorff's alpha with an item-bootstrap CI, Gwet's AC1) between ``rater_a`` and ``rater_b`` (the
+    paper's protocol: the two raters' independent labels; the gold file is their adjudication), or, without
+    them, between the gold file and ``second_csv``; with judge columns, the judge's macro-F1 against gold.
     """
-    run_dir = Path(run_dir)
-    replies = with_ids(read_replies(run_dir))
+    replies = with_ids(read_replies_many(run_dirs))
     gold = read_labels(gold_csv)
     unknown = sorted(set(gold["item_id"]) - set(replies["item_id"]))
     if unknown:
-        raise NSITableError(f"{gold_csv}: column item_id: {len(unknown)} ids not in {run_dir / NSI_REPLIES.file} "
+        raise NSITableError(f"{gold_csv}: column item_id: {len(unknown)} ids not in the runs' {NSI_REPLIES.file} "
                             f"(e.g. {unknown[0]!r})")
+    if (rater_a is None) != (rater_b is None):
+        raise NSITableError(f"{rater_a or rater_b}: rater files come in pairs (rater A and rater B)")
+    raters = (read_labels(rater_a), read_labels(rater_b)) if rater_a is not None else None
     second = read_labels(second_csv) if second_csv is not None else None
-    tables, lines = gold_tables(replies, gold, second, groups=groups, seed=seed, n_boot=n_boot)
+    tables, lines = gold_tables(replies, gold, second, groups=groups, seed=seed, n_boot=n_boot, raters=raters)
     lines.insert(0, f"nsi-gold: {len(gold)} gold items from {gold_csv}")
     if out_dir is not None:
-        from stats.nsi.figures import overcount_figure  # matplotlib only when writing
+        from stats.nsi.figures import composition_figure, overcount_figure  # matplotlib only when writing
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         report = ["# Human coding: gold report\n", md_section("Headlines", "\n".join(f"- {x}" for x in lines))]
         report += [write_table(table, out, name, title) for name, (title, table) in tables.items()]
         overcount_figure(tables["gold_overcount"][1], out / "fig_overcount.png")
-        report.append("![over-count](fig_overcount.png)\n")
+        composition_figure(tables["gold_composition"][1], out / "fig_composition.png")
+        report.append("![over-count](fig_overcount.png)\n\n![composition](fig_composition.png)\n")
         (out / "gold_report.md").write_text("\n".join(report))
     return lines
 
 
 def gold_tables(replies: pd.DataFrame, gold: pd.DataFrame, second: pd.DataFrame | None = None, *,
-                groups: dict | None = None, seed: int = 0, n_boot: int = 2000) -> tuple[dict, list[str]]:
+                groups: dict | None = None, seed: int = 0, n_boot: int = 2000,
+                raters: tuple | None = None) -> tuple[dict, list[str]]:
     """Every gold table, name -> (title, rows), in report order, and the headline lines.
 
-    ``replies``: the run's replies with item ids; ``gold`` (and ``second``, a second rater): as `read_labels`
+    ``replies``: the runs' replies with item ids; ``gold`` (and ``second``, a second file, or ``raters``, the
+    pair of rater A and rater B labels, for reliability): as `read_labels`
     returns them.
     """
     cols = ["model", "dilemma_id", "domain", "framing", "negated", "temperature", "parse_ok", "decision", "endorse"]
@@ -153,7 +161,7 @@ def gold_tables(replies: pd.DataFrame, gold: pd.DataFrame, second: pd.DataFrame 
     lines: list[str] = []
     for part in (_overcount(coded), _composition(coded), _proxy_agreement(coded, groups),
                  _poststratified(replies, coded), _conflicts(df, groups),
-                 _reliability(gold, second, seed, n_boot) if second is not None else ({}, []), _judge(df)):
+                 _reliability_of(gold, second, raters, seed, n_boot), _judge(df)):
         tables.update(part[0])
         lines += part[1]
     return tables, lines
@@ -252,7 +260,44 @@ def _conflicts(df: pd.DataFrame, groups: dict | None):
     lines = [f"decision-reasoning conflicts: {pc['rate']:.1%} ({int(pc['k'])}/{int(pc['n'])}; Wilson 95% CI "
              f"[{pc['ci_low']:.1%}, {pc['ci_high']:.1%}]); negated vs affirmative Fisher p = {p_fisher:.2g}"]
     title = "Decision-reasoning conflict rates (Wilson 95% CIs; Fisher exact negated vs affirmative)"
-    return {"gold_conflicts": (title, conf)}, lines
+    out = {"gold_conflicts": (title, conf)}
+    if groups:
+        per_model = conf[conf["by"] == "model"].set_index("stratum")["rate"].to_dict()
+        perm = conflict_permutation(per_model, groups)
+        if len(perm):
+            out["gold_conflict_permutation"] = ("Per-model conflict rates, each group vs the rest: exact one-sided "
+                                                "permutation test (sec. 4.2)", perm)
+            lines += [f"conflicts, {r.group} vs the rest (per-model rates {r.mean_group:.1%} vs {r.mean_rest:.1%}): "
+                      f"exact one-sided permutation p = {r.p_one_sided_exact:.3g}" for r in perm.itertuples()]
+    return out, lines
+
+
+def conflict_permutation(rates: dict, groups: dict) -> pd.DataFrame:
+    """Sec. 4.2: "an exact permutation test on the 16 per-model conflict rates (open-source vs. the rest,
+    one-sided)". For each group label: the mean per-model rate of the group minus that of the other models,
+    its exact one-sided p ('greater') over every split of the models (``scipy.stats.permutation_test``,
+    independent samples, all partitions)."""
+    models = [m for m in rates if groups.get(m) is not None and np.isfinite(rates[m])]
+    x = np.array([rates[m] for m in models], dtype=float)
+    rows = []
+    for label in sorted({groups[m] for m in models}, key=str):
+        inside = np.array([groups[m] == label for m in models])
+        if inside.sum() < 2 or (~inside).sum() < 2:  # scipy needs two models a side; too few to test anyway
+            continue
+        res = sps.permutation_test((x[inside], x[~inside]), lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
+                                   permutation_type="independent", alternative="greater", n_resamples=np.inf,
+                                   vectorized=True)
+        rows.append({"group": label, "n_group": int(inside.sum()), "n_rest": int((~inside).sum()),
+                     "mean_group": float(x[inside].mean()), "mean_rest": float(x[~inside].mean()),
+                     "difference": float(res.statistic), "p_one_sided_exact": float(res.pvalue)})
+    return pd.DataFrame(rows)
+
+
+def _reliability_of(gold, second, raters, seed: int, n_boot: int):
+    """Rater A vs rater B when given, else the gold file vs a second file, else nothing."""
+    if raters is not None:
+        return _reliability(*raters, seed, n_boot)
+    return _reliability(gold, second, seed, n_boot) if second is not None else ({}, [])
 
 
 def _reliability(gold: pd.DataFrame, second: pd.DataFrame, seed: int, n_boot: int):

@@ -137,6 +137,22 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     return rep, merged
 
 
+def read_replies_many(run_dirs) -> pd.DataFrame:
+    """The replies of one or several run directories in one frame; a model may come from one run only."""
+    run_dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
+    if not run_dirs:
+        raise NSITableError("no run directories given")
+    parts, seen = [], {}
+    for rd in run_dirs:
+        r = read_replies(rd)
+        for model in r["model"].unique():
+            if model in seen:
+                raise NSITableError(f"{Path(rd) / NSI_REPLIES.file}: column model: {model!r} already read from {seen[model]}")
+            seen[model] = str(rd)
+        parts.append(r)
+    return pd.concat(parts, ignore_index=True)
+
+
 def load_groups(path) -> dict:
     """Read a model -> group mapping from a JSON object file or a CSV with columns ``model`` and ``group``."""
     path = Path(path)
