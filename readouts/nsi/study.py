@@ -49,6 +49,21 @@ PROFILES = {
 }
 
 
+PAPER_FIELDS = ("samples", "budget", "temperature", "top_p")
+"""The decoding settings of Appendix C.3 that the `paper` profile holds."""
+
+
+def settings_note(profile: NsiProfile) -> str | None:
+    """A line saying that a run's decoding settings are not the paper's, or None when they are."""
+    paper = PROFILES["paper"]
+    diff = [f"{f} {getattr(profile, f)} (paper {getattr(paper, f)})" for f in PAPER_FIELDS
+            if getattr(profile, f) != getattr(paper, f)]
+    if not diff:
+        return None
+    return (f"note: profile '{profile.name}' is not the paper's settings: " + ", ".join(diff)
+            + "; its numbers are not comparable with the paper's (use --profile paper)")
+
+
 class NsiRunner:
     """Replies and continuous reads for a chunk of dilemmas."""
 
@@ -113,6 +128,8 @@ class NsiStudy:
     default_seed: int = 42
     words: object = None
     """The word-start tokens of "agree" and "disagree" (set by `prepare`)."""
+    profile: object = None
+    """The resolved profile of the run (set by `prepare`), for the summary's settings note."""
 
     @property
     def profiles(self):
@@ -128,6 +145,7 @@ class NsiStudy:
         if lm.facts.chat_template_sha256 is None:
             raise ReadoutError(f"--model: {lm.facts.name} has no chat template; the JSON-schema prompt is a chat prompt")
         self.words = word_start_tokens(lm.tokenizer, ("agree", "disagree"))
+        self.profile = profile
         return {"letters": self.words, "readouts": ["replies", "continuous"], "decision_prefix": DECISION_PREFIX,
                 "sample": True}
 
@@ -146,7 +164,9 @@ class NsiStudy:
 
     def summary(self, tables) -> list[str]:
         replies, continuous = tables
-        lines = [f"{len(replies)} replies, {replies.parse_ok.mean():.0%} schema-valid; {len(continuous)} continuous reads"]
+        note = settings_note(self.profile) if self.profile is not None else None
+        lines = [note] if note else []
+        lines += [f"{len(replies)} replies, {replies.parse_ok.mean():.0%} schema-valid; {len(continuous)} continuous reads"]
         rates = continuous.groupby("framing").p_endorse.mean()
         lines.append("mean continuous endorsement by framing: " + ", ".join(f"{f} {v:.3f}" for f, v in rates.items()))
         valid = replies[replies.parse_ok]

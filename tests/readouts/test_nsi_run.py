@@ -41,6 +41,9 @@ def test_replies_and_continuous_tables(tmp_path):
     assert len(cont) == 56
     assert ((cont.p_endorse - cont.p_agree).abs() < 1e-12).eq(~cont.negated).all()
     assert any(line.startswith("tables:") for line in logs)
+    # The quick settings are not the paper's, and the run says so in its summary.
+    note = [line for line in logs if "is not the paper's settings" in line]
+    assert len(note) == 1 and "samples 2 (paper 30)" in note[0] and "budget 12 (paper 4096)" in note[0]
     from stats.nsi import run_nsi_stats  # the analysis reads what the readout wrote, nullable dtypes included
 
     headlines = run_nsi_stats([path], None, seed=0, n_null=200, n_boot=200)
@@ -97,3 +100,12 @@ def test_bad_nsi_input(tmp_path):
 def test_negative_samples_refused_before_the_model_loads(tmp_path):
     with pytest.raises(ReadoutError, match="--samples"):
         nsi(tmp_path, "f", model="no-such-model", samples=-1)
+
+
+def test_settings_note_names_every_field_that_differs_from_the_paper():
+    from readouts.nsi.study import PROFILES, settings_note
+
+    assert settings_note(PROFILES["paper"]) is None
+    quick = settings_note(NsiProfile(name="quick", chunk_size=2, samples=4, budget=96))
+    assert "profile 'quick' is not the paper's settings" in quick and "temperature" not in quick
+    assert "samples 4 (paper 30)" in quick and "budget 96 (paper 4096)" in quick
