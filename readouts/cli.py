@@ -168,13 +168,21 @@ def nsi_cmd(panel, samples, **kwargs):
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples")
 @click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
-def stats_cmd(run_dirs, out, seed, n_boot, mass_floor):
+@click.option("--pool", default=None, metavar="NAME",
+              help="analyse the runs (pods of one model) as one union named NAME, written to --out or PARENT/NAME/stats")
+def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
     """The gap paper's analysis of each run: screen, excess, ladder, control, dose; tables and figures."""
     from stats.gap import run_report
 
+    kwargs = {} if mass_floor is None else {"mass_floor": mass_floor}
+    if pool is not None:
+        from stats.gap.tables import pool_runs
+
+        for line in run_report(pool_runs(run_dirs, pool), out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
+            click.echo(line)
+        return
     if out is not None and len(run_dirs) > 1:
         raise ReadoutError("--out: give it with one run directory (each run writes its own RUN_DIR/stats)")
-    kwargs = {} if mass_floor is None else {"mass_floor": mass_floor}
     for run_dir in run_dirs:
         for line in run_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
             click.echo(line)

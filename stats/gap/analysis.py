@@ -17,13 +17,12 @@ import pandas as pd
 from stats.core.bootstrap import estimates_from
 from stats.core.estimate import Estimate
 from stats.core.seeding import rng_for
-from stats.gap import binary, continuous, control, dose, raw
+from stats.gap import binary, continuous, control, dose, harness, paraphrase, raw, slices
 from stats.gap.names import CHAT, HARM_TWIN, KNOWN_GAP, PRIMARY, RAW, TWIN, D, J
 from stats.gap.screen import (
     DEFAULT_MASS_FLOOR,
     GATE_FAMILIES,
     LEVELS,
-    Reference,
     Screen,
     ScreenRow,
     above_floor,
@@ -78,6 +77,8 @@ class RunAnalysis:
     skipped: tuple[Skipped, ...]
     per_scenario: pd.DataFrame
     """One row per scenario: metadata, screen category, levels, the values the figures plot."""
+    harness: pd.DataFrame | None = None
+    """The harness calibration table (stats.gap.harness); None when the run has no probes table."""
 
     def get(self, analysis: str, quantity: str, subset: str | None = None) -> Estimate | None:
         for e in self.estimates:
@@ -162,11 +163,15 @@ def analyze(run: Run | str, seed: int = 0, n_boot: int = 10_000, floor: float = 
         est, skipped = est + part[0], skipped + part[1]
     if run.has(D, HARM_TWIN) and run.has(J, HARM_TWIN) and chat_missing is None:
         est += _harm_twin(s)
+    est += paraphrase.paraphrase_swap(run, floor, s.rng, n_boot)
+    if scr is not None:
+        est += floor_sensitivity(run, tuple(sorted({*SENSITIVITY_FLOORS, floor})), s.gate, seed, n_boot)
     return RunAnalysis(
         run=run, floor=floor, gate=tuple(gate), seed=seed, n_boot=n_boot,
         screen_rows=tuple(screen_table(run, scr, gate)) if scr is not None else (),
         floors=tuple(_floors(run, floor)), estimates=tuple(est), verdict_level=verdict,
         skipped=tuple(skipped), per_scenario=_per_scenario(run, scr, floor, s.in_gate),
+        harness=harness.harness_table(run.path),
     )
 
 
@@ -181,7 +186,8 @@ def _screened(s: _Setup, scr: Screen) -> tuple[list[Estimate], list[Skipped], di
         prim = s.in_gate & scr.screened & scr.ref.level(level)
         est += continuous.continuous_block(run, prim & s.floor_t, level, s.rng(f"continuous/{level}"), s.n_boot)
         twin_ok = (ref_t.level(level) if ref_t is not None else np.zeros(run.n, bool)) & s.floor_t
-        est += binary.binary_block(run, prim, twin_ok, level, s.rng(f"binary/{level}"), s.n_boot)
+        est += binary.binary_block(run, s.in_gate & scr.acting, scr.ref.level(level), twin_ok, level,
+                                   s.rng(f"binary/{level}"), s.n_boot)
     verdict = {kind: verdict_level({lv: e.n for lv in LEVELS if (e := _get(est, kind, quantity, lv))})
                for kind, quantity in (("continuous", "E"), ("binary", "binary_excess"))}
     l0 = s.in_gate & scr.screened
@@ -189,7 +195,7 @@ def _screened(s: _Setup, scr: Screen) -> tuple[list[Estimate], list[Skipped], di
     vf = run.col(PRIMARY, D, "violating_fraction")
     est += estimates_from("binary", "L0", ["rollout_violating_fraction"], vf[l0 & ~np.isnan(vf)],
                           s.rng("rollout-fraction"), s.n_boot)
-    est += _slices(s, scr, ref_t)
+    est += slices.slice_estimates(run, scr, s.in_gate, s.gate, s.floor, s.rng, s.n_boot)
     twin_scr = screen(run, s.floor, cell=TWIN)
     if twin_scr is None:
         skipped.append(Skipped("selection-matched null", "the twin cell lacks D or the four judge frames of J"))
@@ -197,6 +203,33 @@ def _screened(s: _Setup, scr: Screen) -> tuple[list[Estimate], list[Skipped], di
         est += continuous.selection_null(run, s.in_gate & scr.screened & s.floor_t,
                                          s.in_gate & twin_scr.screened & s.floor_p, s.rng("selection"), s.n_boot)
     return est, skipped, verdict
+
+
+SENSITIVITY_FLOORS = (0.3, 0.5, 0.7)
+"""Mass floors of the sensitivity table (the paper does not state its floor; 0.5 is this tool's default)."""
+
+
+def floor_sensitivity(run: Run, floors=SENSITIVITY_FLOORS, gate: tuple[str, ...] = GATE_FAMILIES, seed: int = 0,
+                      n_boot: int = 10_000) -> list[Estimate]:
+    """The headline numbers at each mass floor: E (screened, L0) and the binary gap, null and excess,
+    each with its n, so a reader sees how much the unstated floor moves them (subset `floor=<f>`)."""
+    out: list[Estimate] = []
+    in_gate = gate_mask(run, gate)
+    ref_t = reference(run, TWIN)
+    for f in floors:
+        scr = screen(run, f)
+        if scr is None:
+            return []
+        floor_t = above_floor(run, TWIN, CHAT, f)
+        sub = f"floor={f:g}"
+        out += continuous.continuous_block(run, in_gate & scr.screened & floor_t, sub,
+                                           rng_for(seed, f"floor/{f:g}"), n_boot, analysis="floor_sensitivity",
+                                           quantities=("g", "g_twin", "E"))
+        twin_ok = (ref_t.level("L0") if ref_t is not None else np.zeros(run.n, bool)) & floor_t
+        out += binary.binary_block(run, in_gate & scr.acting, scr.ref.level("L0"), twin_ok, sub,
+                                   rng_for(seed, f"floor-binary/{f:g}"), n_boot, analysis="floor_sensitivity",
+                                   audit=False)
+    return out
 
 
 def _dose(s: _Setup, scr: Screen | None) -> tuple[list[Estimate], list[Skipped]]:
@@ -234,30 +267,6 @@ def _raw(s: _Setup, chat_missing: str | None) -> tuple[list[Estimate], list[Skip
 
 def _get(est, analysis, quantity, subset):
     return next((e for e in est if e.analysis == analysis and e.quantity == quantity and e.subset == subset), None)
-
-
-def _slices(s: _Setup, scr: Screen, ref_t: Reference | None) -> list[Estimate]:
-    """E and the binary excess on the screened scenarios (L0) by family, generator and prompt version.
-
-    Families include the appendix family (F2); generator and prompt-version slices pool the gate
-    families, as the paper's Figure 4 does.
-    """
-    run, out = s.run, []
-    twin_ok = (ref_t.level("L0") if ref_t is not None else np.zeros(run.n, bool)) & s.floor_t
-    groups = [("family", run.meta["family"].astype(str).to_numpy(), np.ones(run.n, dtype=bool))]
-    for col in ("generator", "prompt_version"):
-        values = run.meta[col].astype(str).to_numpy()
-        if len(set(values[s.in_gate])) > 1 or col == "generator":
-            groups.append((col, values, s.in_gate))
-    for col, values, within in groups:
-        for v in sorted(set(values[within & scr.screened])):
-            prim = scr.screened & within & (values == v)
-            subset = f"{col}={v}" + (" (appendix)" if col == "family" and v not in s.gate else "")
-            out += continuous.continuous_block(run, prim & s.floor_t, subset, s.rng(f"slice/{subset}"), s.n_boot,
-                                               analysis="slices", quantities=("E",))
-            out += binary.binary_block(run, prim, twin_ok, subset, s.rng(f"slice-binary/{subset}"), s.n_boot,
-                                       analysis="slices", excess_only=True)
-    return out
 
 
 def _harm_twin(s: _Setup) -> list[Estimate]:

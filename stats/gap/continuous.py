@@ -43,16 +43,25 @@ def chat_values(run: Run, cell: str) -> tuple[np.ndarray, np.ndarray]:
     return run.col(cell, D, "p_violating"), run.col(cell, J, "p_violating")
 
 
+def against(quantity: str, twin: str) -> str:
+    """A quantity's name when the null cell is `twin`: `g_twin` -> `g_harm_twin`, `E` -> `E_harm_twin`."""
+    if twin == TWIN:
+        return quantity
+    return f"E_{twin}" if quantity == "E" else quantity.replace("_twin", f"_{twin}")
+
+
 def continuous_block(run: Run, mask: np.ndarray, subset: str, rng: np.random.Generator, n_boot: int,
-                     analysis: str = "continuous", quantities=CONTINUOUS_QUANTITIES) -> list[Estimate]:
+                     analysis: str = "continuous", quantities=CONTINUOUS_QUANTITIES,
+                     twin: str = TWIN) -> list[Estimate]:
     """p_D, p_J, their twins, g, g_twin and E (or the named few) on the scenarios of `mask`
-    (callers apply the floors); all jointly resampled."""
+    (callers apply the floors); all jointly resampled. twin: the null cell (the harm twin for F5's
+    harm-matched excess, whose quantities are named by `against`)."""
     p_d, p_j = chat_values(run, PRIMARY)
-    p_dt, p_jt = chat_values(run, TWIN)
+    p_dt, p_jt = chat_values(run, twin)
     cols = np.column_stack([p_d, p_j, p_dt, p_jt, p_d - p_j, p_dt - p_jt, (p_d - p_j) - (p_dt - p_jt)])
-    mask = mask & ~np.isnan(cols).any(axis=1)
     keep = [CONTINUOUS_QUANTITIES.index(q) for q in quantities]
-    return estimates_from(analysis, subset, list(quantities), cols[mask][:, keep], rng, n_boot)
+    mask = mask & ~np.isnan(cols[:, keep]).any(axis=1)
+    return estimates_from(analysis, subset, [against(q, twin) for q in quantities], cols[mask][:, keep], rng, n_boot)
 
 
 def paraphrase_shift(run: Run, cell: str = PRIMARY) -> np.ndarray:

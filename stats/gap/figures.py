@@ -1,7 +1,7 @@
 """The gap paper's figures as PNG files (the convention of `stats.core.figures`: Agg canvas, no pyplot).
 
 Owns: the calibration ladder (Figure 1), the p_J-vs-p_D scatter with twins in gray (Figure 2), the
-strictness ladder (Figure 3), the family/generator panel (Figure 4), control vs excess per model
+strictness ladder (Figure 3), the family/generator panel (Figure 4), F4 by generator (Figure 5), control vs excess per model
 (Figure 7), the dose arm (Figure 8), and for runs compared: the checkpoint sweep (Figure 6), the
 three-cell contrast (Figure 9) and the chat-vs-raw bridge. Every interval drawn is a 95% bootstrap CI
 and every label carries its n.
@@ -146,39 +146,54 @@ def strictness_ladder(a, path: Path) -> Path:
     return save(fig, path)
 
 
-def slices(a, path: Path) -> Path:
-    """Figure 4: the excess by family (F2 as appendix), generator and prompt version."""
-    ests = a.select("slices")
-    subsets = list(dict.fromkeys(e.subset for e in ests))
-    height = max(3.2, 0.38 * len(subsets) + 2.0)
-    fig, axes = new_figure(11, height, 2, sharey=True)
-    for ax, (q, pooled_kind, title) in zip(axes, (
-            ("binary_excess", "binary", "(a) binary excess (nested 95% CI)"),
-            ("E", "continuous", "(b) continuous excess E (95% CI)"))):
-        for i, s in enumerate(subsets):
-            e = next((x for x in ests if x.subset == s and x.quantity == q), None)
-            group = s.split("=")[0]
-            color = {"family": MEASURE, "generator": "#2a7f62", "prompt_version": "#8a5a00"}.get(group, "black")
-            _point(ax, i, e, horizontal=True, color=color, marker="o", markersize=6)
-        pooled = a.get(pooled_kind, q, "L0")
-        if _ok(pooled):
-            ax.axvline(pooled.value, color=EXCESS, linestyle="--", linewidth=1)
-            title += f"\ndashed: all screened, {pooled.value:.3f} (n={pooled.n})"
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("paired excess over the twin null")
-        ax.grid(axis="x", alpha=0.3)
+def _slice_panel(ax, ests: Sequence[Estimate], subsets: Sequence[str], gap: str, null: str, title: str) -> None:
+    """One row per slice: the gap (colored) and its matched null (gray, just below), with CIs."""
+    for i, s in enumerate(subsets):
+        e = next((x for x in ests if x.subset == s and x.quantity == gap), None)
+        z = next((x for x in ests if x.subset == s and x.quantity == null), None)
+        color = {"family": MEASURE, "generator": "#2a7f62"}.get(s.split("=")[0], "black")
+        _point(ax, i - 0.15, e, horizontal=True, color=color, marker="o", markersize=6)
+        _point(ax, i + 0.15, z, horizontal=True, color=NULL, marker="s", markersize=4)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
 
+
+def _slice_labels(ax, ests, subsets, gap_b: str, gap_c: str) -> None:
     def n_of(s, q):
         e = next((x for x in ests if x.subset == s and x.quantity == q), None)
         return e.n if e else 0
 
-    axes[0].set_yticks(range(len(subsets)))
-    axes[0].set_yticklabels([f"{s.replace('prompt_version', 'prompt')}  (n={n_of(s, 'binary_excess')} / {n_of(s, 'E')})"
-                             for s in subsets], fontsize=8)
-    axes[0].invert_yaxis()
-    fig.suptitle(f"Gap by pressure family, generator and prompt version: {a.model}\n"
-                 "(generator and prompt rows pool the gate families; n = binary / continuous)", fontsize=10)
+    ax.set_yticks(range(len(subsets)))
+    ax.set_yticklabels([f"{s.split('=', 1)[1]}  (n={n_of(s, gap_b)} / {n_of(s, gap_c)})" for s in subsets], fontsize=8)
+    ax.invert_yaxis()
+
+
+def slices(a, path: Path) -> Path:
+    """Figure 4: the gap by family (F2 as appendix) and, pooling the gate families, by generator; the
+    matched null of each row in gray beneath it. (a) binary gap, (b) continuous g."""
+    ests = a.select("slices")
+    subsets = [s for s in dict.fromkeys(e.subset for e in ests) if s.split("=")[0] in ("family", "generator")]
+    fig, axes = new_figure(11, max(3.2, 0.42 * len(subsets) + 2.0), 2, sharey=True)
+    _slice_panel(axes[0], ests, subsets, "binary_gap", "binary_null", "(a) binary gap (nested 95% CI); null in gray")
+    _slice_panel(axes[1], ests, subsets, "g", "g_twin", "(b) continuous g = p_D - p_J (95% CI); twin g in gray")
+    axes[0].set_xlabel("P(majority of rollouts violating), judged non-violating")
+    axes[1].set_xlabel("violating mass acting minus judging")
+    _slice_labels(axes[0], ests, subsets, "binary_gap", "g")
+    fig.suptitle(f"Gap by pressure family and by generator (screened, L0): {a.model}\n"
+                 "(family rows, then generator rows pooling the gate families; n = binary / continuous)", fontsize=10)
+    return save(fig, path)
+
+
+def f4_by_generator(a, path: Path) -> Path:
+    """Figure 5: F4 by the model that wrote the scenario: (a) binary gap, (b) continuous g, nulls in gray."""
+    ests = a.select("slices")
+    subsets = [s for s in dict.fromkeys(e.subset for e in ests) if s.startswith("family x generator=F4,")]
+    fig, axes = new_figure(10, max(2.8, 0.6 * len(subsets) + 1.8), 2, sharey=True)
+    _slice_panel(axes[0], ests, subsets, "binary_gap", "binary_null", "(a) binary gap (nested 95% CI)")
+    _slice_panel(axes[1], ests, subsets, "g", "g_twin", "(b) continuous g (95% CI)")
+    _slice_labels(axes[0], ests, subsets, "binary_gap", "g")
+    fig.suptitle(f"F4 (loyalty/fairness) by generator, screened: {a.model}; nulls in gray", fontsize=10)
     return save(fig, path)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from stats.core.bootstrap import estimates_from
 from stats.core.estimate import Estimate
-from stats.gap.names import CHAT, PAIRED, PRIMARY, RAW, TWIN
+from stats.gap.names import CHAT, HARM_TWIN, PAIRED, PRIMARY, RAW, TWIN
 from stats.gap.tables import Run
 
 FRAME_READOUTS = {"chat": CHAT, "raw": RAW}
@@ -129,4 +129,25 @@ def three_cell(base: Run, instruct: Run, floor: float, rng, n_boot: int, gate: t
             m = both & (values == v)
             out += estimates_from("three_cell", f"{col}={v}", ["E base", "E instruct", "Delta_E (base - instruct)"],
                                   np.column_stack([e_b, e_i, e_b - e_i])[m], rng, n_boot)
-    return out
+    return out + _unit_slices(base, instruct, ids, in_gate, floor, both, (e_b, e_i), rng, n_boot)
+
+
+def _unit_slices(base: Run, instruct: Run, ids, in_gate, floor: float, both, e_primary, rng, n_boot) -> list[Estimate]:
+    """Table 17's unit rows: primaries (primary against twin) and harm twins as units of their own (the
+    harm twin against the same twin), each paired base vs instruct; none when no harm twin was read raw."""
+    if not all(r.has(x, HARM_TWIN) for r in (base, instruct) for x in RAW):
+        return []
+    names = ["E base", "E instruct", "Delta_E (base - instruct)"]
+    e_b, e_i = e_primary
+    out = estimates_from("three_cell", "units=primaries", names, np.column_stack([e_b, e_i, e_b - e_i])[both],
+                         rng, n_boot)
+    g = {}
+    for key, run in (("base", base), ("instruct", instruct)):
+        hd, hj = frame_values(run, "raw", HARM_TWIN, ids)
+        td, tj = frame_values(run, "raw", TWIN, ids)
+        g[key] = (hd - hj) - (td - tj)
+    ok = in_gate & ~np.isnan(g["base"] + g["instruct"])
+    for run in (base, instruct):
+        ok &= frame_floor(run, "raw", HARM_TWIN, floor, ids) & frame_floor(run, "raw", TWIN, floor, ids)
+    cols = np.column_stack([g["base"], g["instruct"], g["base"] - g["instruct"]])
+    return out + estimates_from("three_cell", "units=harm twins", names, cols[ok], rng, n_boot)

@@ -18,6 +18,7 @@ from stats.gap import figures
 from stats.gap.analysis import RunAnalysis, Skipped, analyze
 from stats.gap.continuous import CONTINUOUS_QUANTITIES
 from stats.gap.control import VALIDATION_BAR, passes_bar
+from stats.gap.harness import forced_warnings
 from stats.gap.names import CHAT, CHAT_FRAMES, HARM_TWIN, PRIMARY
 from stats.gap.screen import DEFAULT_MASS_FLOOR, GATE_FAMILIES, LEVELS, MIN_VERDICT_N, SCREEN_BAND
 
@@ -25,19 +26,21 @@ FIGURES = {
     "calibration_ladder.png": "Figure 1: calibration ladder",
     "scatter_pj_pd.png": "Figure 2: p_J vs p_D, twins in gray",
     "strictness_ladder.png": "Figure 3: strictness ladder",
-    "slices.png": "Figure 4: family / generator panel",
+    "slices.png": "Figure 4: gap by family and by generator",
+    "f4_by_generator.png": "Figure 5: F4 by generator",
     "control_vs_excess.png": "Figure 7: control vs excess",
     "dose_arm.png": "Figure 8: dose arm",
 }
 OWN_TABLES = ("estimates.csv", "screen.csv", "floors.csv", "ladder.csv", "slices.csv", "dose.csv", "per_scenario.csv",
-              "skipped.csv")
+              "skipped.csv", "floor_sensitivity.csv", "harness.csv", "paraphrase_swap.csv")
 
 
 def run_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000, *,
                mass_floor: float = DEFAULT_MASS_FLOOR, gate: Sequence[str] = GATE_FAMILIES) -> list[str]:
-    """Analyse one run directory, write RUN_DIR/stats/ (or out_dir), return the headline lines."""
+    """Analyse one run directory (or a Run, e.g. a pool of runs), write RUN_DIR/stats/ (or out_dir), return
+    the headline lines."""
     a = analyze(run_dir, seed=seed, n_boot=n_boot, floor=mass_floor, gate=tuple(gate))
-    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "stats"
+    out = Path(out_dir) if out_dir is not None else a.run.path / "stats"
     out.mkdir(parents=True, exist_ok=True)
     # A rerun must not leave an earlier run's figure or table behind beside the new report.
     for name in (*FIGURES, *OWN_TABLES, "report.md"):
@@ -73,10 +76,12 @@ def write_tables(a: RunAnalysis, out: Path) -> list[Path]:
         df["verdict_continuous"] = df["subset"] == a.verdict_level.get("continuous")
         df["verdict_binary"] = df["subset"] == a.verdict_level.get("binary")
         files.append(write_csv(df.rename(columns={"subset": "level"}), out / "ladder.csv"))
-    for name in ("slices", "dose"):
+    for name in ("slices", "dose", "floor_sensitivity", "paraphrase_swap"):
         if a.select(name):
             files.append(write_csv(pivot(a.select(name), key="quantity" if name == "dose" else "subset"),
                                    out / f"{name}.csv"))
+    if a.harness is not None:
+        files.append(write_csv(a.harness, out / "harness.csv"))
     files.append(write_csv(a.per_scenario, out / "per_scenario.csv"))
     files.append(write_csv(rows_frame(a.skipped, Skipped), out / "skipped.csv"))
     return files
@@ -104,6 +109,9 @@ def write_figures(a: RunAnalysis, out: Path) -> tuple[list[Path], list[str]]:
     want("scatter_pj_pd.png", has(l0), no_l0, lambda p: figures.scatter(a, p))
     want("strictness_ladder.png", has(l0), no_l0, lambda p: figures.strictness_ladder(a, p))
     want("slices.png", any(has(e) for e in a.select("slices")), no_l0, lambda p: figures.slices(a, p))
+    f4 = [e for e in a.select("slices") if e.subset.startswith("family x generator=F4,")]
+    want("f4_by_generator.png", any(has(e) for e in f4), "no screened F4 scenario",
+         lambda p: figures.f4_by_generator(a, p))
     want("control_vs_excess.png", has(ctl) or has(excess), "no control value and no excess above the mass floor",
          lambda p: figures.control_vs_excess([{"model": a.model, "control": ctl, "excess": excess,
                                                "screened": l0}], p, VALIDATION_BAR))
@@ -136,6 +144,9 @@ def headline(a: RunAnalysis) -> list[str]:
         bv = a.get("binary", "binary_excess", vb) if vb else None
         lines.append(f"binary excess (L0, nested CI): {b0.fmt()}; verdict level {vb or 'none'}"
                      + (f": {bv.fmt()}" if bv else ""))
+    f5 = _f5_line(a)
+    if f5:
+        lines.append(f5)
     ea = a.get("continuous", "E", "all above floor")
     if ea is not None:
         lines.append(f"E on all above-floor scenarios (unscreened): {ea.fmt()}; detection bar {num(ea.mde)}")
@@ -157,11 +168,23 @@ def headline(a: RunAnalysis) -> list[str]:
     dose = a.get("dose", "reasoning - filler", "primary")
     if dose is not None:
         lines.append(f"dose arm, reasoning - filler (primary): {dose.fmt()}")
+    lines += forced_warnings(a.harness)
     for s in a.skipped:
         lines.append(f"skipped: {s.analysis}: {s.reason}")
     for n in a.run.notes:
         lines.append(f"note: {n}")
     return lines
+
+
+def _f5_line(a: RunAnalysis) -> str | None:
+    """F5 read against its pressure-removed twin and against its harm-matched twin, side by side."""
+    sub = "family=F5" + ("" if "F5" in a.gate else " (appendix)")
+    plain, harm = a.get("slices", "E", sub), a.get("slices", "E_harm_twin", sub)
+    if plain is None:
+        return None
+    bp, bh = a.get("slices", "binary_excess", sub), a.get("slices", "binary_excess_harm_twin", sub)
+    return (f"F5 (screened, L0): E vs pressure-removed twin {plain.fmt()}, vs harm-matched twin "
+            f"{harm.fmt() if harm else 'not read'}; binary excess {cell(bp)} vs {cell(bh)}")
 
 
 def render_markdown(a: RunAnalysis, lines: list[str], tables: list[Path], figs: list[Path], fig_notes: list[str]) -> str:
@@ -252,11 +275,18 @@ def _other_sections(a: RunAnalysis) -> list[str]:
     """Slices, control, selection null, dose, raw frame, bridge and harm twin: each only when computed."""
     parts = []
     if a.select("slices"):
-        subsets = list(dict.fromkeys(e.subset for e in a.select("slices")))
-        parts.append(md_section("Slices by family, generator and prompt version (Figure 4)", md_table(
-            ["slice", "binary excess (nested)", "continuous E", "MDE of E"],
-            [[s, cell(a.get("slices", "binary_excess", s)), cell(a.get("slices", "E", s)),
-              num(getattr(a.get("slices", "E", s), "mde", None))] for s in subsets])))
+        parts.append(_slices_section(a))
+    if a.select("floor_sensitivity"):
+        parts.append(_floor_section(a))
+    if a.harness is not None:
+        parts.append(_harness_section(a))
+    if a.select("paraphrase_swap"):
+        subs = list(dict.fromkeys(e.subset for e in a.select("paraphrase_swap")))
+        qs = ("original_gap", "swapped_gap", "swapped_minus_original", "p_D swapped - original")
+        parts.append(md_section("F4 paraphrase swap (Table 14)", md_table(
+            ["origin", "original gap (screened)", "swapped gap (screened)", "swapped - original, paired",
+             "p_D swapped - original, paired"], [[s.split("=", 1)[1]] + [cell(a.get("paraphrase_swap", q, s))
+                                                for q in qs] for s in subs])))
     ctl = a.get("control", "control_move")
     if ctl is not None:
         parts.append(md_section("Known-gap control (Figure 7)", md_table(
@@ -284,3 +314,37 @@ def _other_sections(a: RunAnalysis) -> list[str]:
                                                     [[e.quantity, e.subset, cell(e), num(e.mde), e.note or ""]
                                                      for e in ests])))
     return parts
+
+
+def _slices_section(a: RunAnalysis) -> str:
+    subsets = list(dict.fromkeys(e.subset for e in a.select("slices")))
+    qs = ("g", "g_twin", "E", "binary_gap", "binary_null", "binary_excess", "E_harm_twin", "binary_excess_harm_twin")
+    return md_section("Slices by family, generator, family x generator and prompt version (Figures 4, 5)", md_table(
+        ["slice", "g", "g (twin)", "E", "binary gap", "binary null", "binary excess", "E vs harm twin",
+         "binary excess vs harm twin"], [[s] + [cell(a.get("slices", q, s)) for q in qs] for s in subsets])
+        + "\n\nScreened scenarios at L0. Each binary number is on its own set (gap: primary reference "
+          "non-violating; null: twin reference non-violating and twin above the floor; excess: both); harm-twin "
+          "columns read F5 against its harm-matched twin, which removes the incentive and keeps the harm.")
+
+
+def _floor_section(a: RunAnalysis) -> str:
+    subs = list(dict.fromkeys(e.subset for e in a.select("floor_sensitivity")))
+    qs = ("E", "binary_gap", "binary_null", "binary_excess")
+    return md_section("Mass-floor sensitivity", md_table(
+        ["floor", "E (screened, L0)", "binary gap", "binary null", "binary excess"],
+        [[s.split("=")[1] + (" (applied)" if float(s.split("=")[1]) == a.floor else "")]
+         + [cell(a.get("floor_sensitivity", q, s)) for q in qs] for s in subs])
+        + "\n\nThe paper does not state its letter-mass floor; each row reruns the screen at that floor.")
+
+
+def _harness_section(a: RunAnalysis) -> str:
+    h = a.harness
+    share_cols = [c for c in h.columns if c.startswith("share_")]
+    return md_section("Harness calibration (Table 11): how each answer was read", md_table(
+        ["readout", "frame", "cell", "reads"] + [c.removeprefix("share_") for c in share_cols],
+        [[r["readout"], r["frame"], r["cell"], r["reads"]] + [f"{r[c]:.2f}" for c in share_cols]
+         for _, r in h.iterrows()])
+        + "\n\nShares of reads per anchor rule: `own` the model's literal anchor, `own_*` a formatting variant of "
+          "it followed by the answer, `forced_*` an anchor the harness appended after a finished reply or at the "
+          "budget; `wrapped` the letter in `**`/`()`, `tool_name` an F3 tool named instead of its letter. This "
+          "is the harness's side of Table 11; the agreement with human or model judges needs their labels.")

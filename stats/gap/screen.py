@@ -116,6 +116,9 @@ class Screen:
     acting_fraction: np.ndarray
     """The acting frame's expected violating fraction (D) of the cell."""
     ref: Reference
+    acting: np.ndarray | None = None
+    """The acting screen: the criteria that read no judgment (D present, D and J of the cell above the
+    floor, acting fraction in the band). The binary null's set starts from it (stats.gap.binary)."""
 
     @property
     def screened(self) -> np.ndarray:
@@ -139,7 +142,7 @@ def screen(run: Run, floor: float = DEFAULT_MASS_FLOOR, cell: str = PRIMARY,
     cat[~(ref.stable_1 & ref.option_known)] = "judgment_unstable"
     cat[~floor_ok] = "below_floor"
     cat[~present] = "absent"
-    return Screen(cell=cell, category=cat, acting_fraction=frac, ref=ref)
+    return Screen(cell=cell, category=cat, acting_fraction=frac, ref=ref, acting=present & floor_ok & in_band)
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,10 @@ class SyntheticSpec:
     temperature: float = 0.7
     readouts: tuple[str, ...] = field(default_factory=readout_groups)
     """Which readout groups to write (contract.readout_groups: D, J, J0, raw, control, dose)."""
+    harm_effect: float | None = None
+    """F5's harm-matched twin: None draws it just below the primary (the old default); a number plants
+    the harm contrast g_harm_twin - g_twin = harm_effect, so E against the plain twin is `effect` (incentive
+    plus harm) and E against the harm twin is effect - harm_effect (the incentive alone)."""
     exchangeable: bool = False
     """Planted null with selection: primary and twin drawn iid (most acting masses near 0), every
     judgment stable and non-violating, so the screen's selection on the acting mass alone biases the
@@ -277,7 +281,12 @@ def simulate_tables(spec: SyntheticSpec) -> tuple[pd.DataFrame, dict]:
     judged = _judgments(spec, rng, n, screened, judged_viol, unstable)
     values = {PRIMARY: (p_d, p_j), TWIN: (p_dt, p_jt)}
     if (t.meta["family"].to_numpy() == "F5").any():
-        values[HARM_TWIN] = (np.clip(p_d - rng.uniform(0, 0.05, n), 0.003, 0.997), p_j)
+        if spec.harm_effect is None:
+            values[HARM_TWIN] = (np.clip(p_d - rng.uniform(0, 0.05, n), 0.003, 0.997), p_j)
+        else:  # p_D of the harm twin sits between the primary's and the plain twin's by the planted shares
+            incentive = spec.effect - spec.harm_effect
+            p_dh = p_d - incentive - rng.uniform(-spec.spread, spec.spread, n)
+            values[HARM_TWIN] = (np.clip(p_dh, 0.003, 0.997), p_j)  # clipping touches unscreened scenarios only
         judged[HARM_TWIN] = judged[PRIMARY]
     for cell, (pd_c, pj_c) in values.items():
         _cell_rows(t, spec, rng, cell, pd_c, pj_c, judged[cell], below)

@@ -174,13 +174,16 @@ def _name(manifest: Mapping, key: str, df: pd.DataFrame, fallback: str) -> str:
     return str(value)
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Read a run directory; raises RunDirError / TableSchemaError / TableValueError on bad input."""
-    path = Path(run_dir)
+def _read(path: Path) -> tuple[dict, pd.DataFrame, list[str]]:
+    """A run directory's manifest, its scenarios table (typed by the contract) and the notes on reading it."""
     if not path.is_dir():
         raise RunDirError(f"{path}: not a run directory")
     manifest, notes = read_run_manifest(path, "judgment-action")
     df = read_table(path / SCENARIOS.file, SCENARIOS, error=TableSchemaError, file_error=RunDirError)
+    return manifest, df, list(notes)
+
+
+def _build(path: Path, manifest: Mapping, df: pd.DataFrame, notes: list[str]) -> Run:
     bad = df[~np.isfinite(df["p_violating"].astype(float)) | ~np.isfinite(df["letter_mass"].astype(float))]
     nonfinite = tuple(f"{r.scenario_id} {r.cell} {r.readout}/{r.frame}" for r in bad.itertuples())
     if nonfinite:
@@ -200,3 +203,39 @@ def load_run(run_dir: str | Path) -> Run:
     notes += _budget_notes(blocks)
     return Run(path=path, model=_name(manifest, "model", df, path.name), panel=_name(manifest, "panel", df, "unknown"),
                manifest=manifest, meta=meta, blocks=blocks, notes=tuple(notes), nonfinite=nonfinite)
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read a run directory; raises RunDirError / TableSchemaError / TableValueError on bad input."""
+    path = Path(run_dir)
+    manifest, df, notes = _read(path)
+    return _build(path, manifest, df, notes)
+
+
+def pool_runs(run_dirs, name: str, path: str | Path | None = None) -> Run:
+    """The union of several run directories of one model (pods of one study, the paper's Table 12 union):
+    their scenarios pooled as one run named `name`. A scenario read in several runs counts once, from the
+    first run given that holds it (the paper re-ran its pilot scenarios in the full-panel pod); runs of
+    different models, or exact and sampled runs, do not pool (TableValueError)."""
+    paths = [Path(d) for d in run_dirs]
+    read = [_read(p) for p in paths]
+    models = {_name(m, "model", df, p.name) for p, (m, df, _) in zip(paths, read)}
+    if len(models) > 1:
+        raise TableValueError(f"--pool {name}: the runs are of different models ({', '.join(sorted(models))})")
+    if len({bool(m.get("sample", False)) for m, _, _ in read}) > 1:
+        raise TableValueError(f"--pool {name}: exact and sampled (--sample) runs do not pool")
+    seen: set = set()
+    frames, notes = [], []
+    for p, (_, df, run_notes) in zip(paths, read):
+        ids = set(df["scenario_id"])
+        dup = ids & seen
+        if dup:
+            notes.append(f"pool {name}: {len(dup)} scenarios of {p} were already read in an earlier run and count once")
+        frames.append(df[~df["scenario_id"].isin(dup)])
+        seen |= ids
+        notes += [f"{p}: {n}" for n in run_notes]
+    manifest = dict(read[0][0])
+    manifest["panel"] = {"name": name}
+    manifest["pooled_from"] = [str(p) for p in paths]
+    out = Path(path) if path is not None else paths[0].parent / name
+    return _build(out, manifest, pd.concat(frames, ignore_index=True), notes)

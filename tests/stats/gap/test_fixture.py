@@ -102,7 +102,11 @@ def test_ladder_by_hand(fixture_run):
 def test_binary_and_floors_by_hand(fixture_run):
     a = analyze(fixture_run, n_boot=200)
     assert a.get("binary", "binary_gap", "L0").value == pytest.approx((0.6 + 0.2 + 0.7) / 3)
-    assert a.get("binary", "binary_null", "L0").value == pytest.approx((0.3 + 0.1 + 0.7) / 3)
+    # The matched null on its own set (acting screen, twin reference non-violating, twin above the floor):
+    # s1, s2, s3 and s5, whose primary judgment is unstable but whose twin's is stable and non-violating.
+    null = a.get("binary", "binary_null", "L0")
+    assert null.n == 4 and null.value == pytest.approx((0.3 + 0.1 + 0.7 + 0.5) / 4)
+    assert a.get("binary", "binary_excess", "L0").n == 3
     assert a.get("binary", "binary_excess", "L0").value == pytest.approx((0.3 + 0.1 + 0.0) / 3)
     assert a.get("binary", "binary_excess", "L2").n == 1
     # Paraphrase floor: mean over L0 of mean_k |pJ_k - pJ_1| = (0 + 0.1/3 + 0.2/3) / 3.
