@@ -15,7 +15,10 @@ import pandas as pd
 
 from contract.readouts import ANCHOR_RULES, FORCED_RULES
 from contract.tables import PROBES
+from stats.gap.names import DOSE_TRUNCATED
 
+#: The readout cut mid-way with its answer forced on purpose (contract.readouts): never warned about.
+TRUNCATED = DOSE_TRUNCATED
 #: A frame whose forced share exceeds this gets a warning.
 FORCED_WARNING = 0.5
 COLUMNS = ("readout", "frame", "cell", "reads", *[f"share_{r}" for r in ANCHOR_RULES], "share_wrapped",
@@ -46,10 +49,17 @@ def harness_table(run_dir: str | Path) -> pd.DataFrame | None:
 
 
 def forced_warnings(table: pd.DataFrame | None, limit: float = FORCED_WARNING) -> list[str]:
-    """One line per frame and cell whose reads are mostly forced."""
+    """One line per readout whose reads are mostly forced in some frame and cell (the truncated filler is
+    forced by construction and left out), naming the worst groups."""
     if table is None:
         return []
-    bad = table[table["share_forced"] > limit]
-    return [f"warning: {r.share_forced:.0%} of the {r.reads} {r.readout} reads in frame {r.frame} ({r.cell}) are forced "
-            "(the model wrote no answer anchor the harness recognizes); their letter is read after an appended anchor"
-            for r in bad.itertuples()]
+    bad = table[(table["share_forced"] > limit) & (table["readout"] != TRUNCATED)]
+    lines = []
+    for readout, g in bad.groupby("readout", sort=True):
+        g = g.sort_values("share_forced", ascending=False)
+        worst = ", ".join(f"{r.frame}/{r.cell} {r.share_forced:.0%}" for r in g.head(3).itertuples())
+        total = int((table["readout"] == readout).sum())
+        lines.append(f"warning: forced reads dominate {readout} in {len(g)} of {total} frame x cell groups "
+                     f"({worst}{', ...' if len(g) > 3 else ''}): the model rarely wrote an answer anchor the harness "
+                     "recognizes, so these letters are read after an appended anchor (harness.csv)")
+    return lines
