@@ -13,7 +13,7 @@ from contract.names import FRAMINGS
 from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
-from engine.letters import word_start_tokens
+from engine.letters import LetterTokens, word_start_tokens
 from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
 from engine.scoring import score_ids
@@ -22,6 +22,24 @@ from readouts.nsi.parse import endorsement, parse_reply
 from readouts.profiles import Profile
 
 DECISION_PREFIX = '{"decision": "'
+DECISION_WORDS = ("agree", "disagree")
+MIN_WORD_START = 2
+"""The continuous readout's token rule (this project's, not the paper's): the mass of a word at the decision
+field is the mass of the tokens that can start it (engine.letters.word_start_tokens: a prefix of the word, or
+the word followed by a non-letter) whose text has at least two characters. A lone "a" or "d" also starts
+"abstain", "depends", "decline", ..., so it is not read as either word."""
+
+
+def decision_words(tokenizer) -> LetterTokens:
+    """The tokens read for "agree" and "disagree" under the rule above (recorded in the manifest)."""
+    words = word_start_tokens(tokenizer, DECISION_WORDS)
+    kept = [[(i, t) for i, t in zip(ids, texts) if len(t) >= MIN_WORD_START]
+            for ids, texts in zip(words.token_ids, words.decoded)]
+    for w, k in zip(DECISION_WORDS, kept):
+        if not k:
+            raise ReadoutError(f"--model: no token of two or more characters starts {w!r} in this vocabulary")
+    return LetterTokens(letters=words.letters, token_ids=tuple(tuple(i for i, _ in k) for k in kept),
+                        decoded=tuple(tuple(t for _, t in k) for k in kept))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +145,7 @@ class NsiStudy:
     default_panel: str = "nsi-14"
     default_seed: int = 42
     words: object = None
-    """The word-start tokens of "agree" and "disagree" (set by `prepare`)."""
+    """The tokens read for "agree" and "disagree" (`decision_words`, set by `prepare`)."""
     profile: object = None
     """The resolved profile of the run (set by `prepare`), for the summary's settings note."""
 
@@ -144,7 +162,7 @@ class NsiStudy:
     def prepare(self, lm, panel, records, profile) -> dict:
         if lm.facts.chat_template_sha256 is None:
             raise ReadoutError(f"--model: {lm.facts.name} has no chat template; the JSON-schema prompt is a chat prompt")
-        self.words = word_start_tokens(lm.tokenizer, ("agree", "disagree"))
+        self.words = decision_words(lm.tokenizer)
         self.profile = profile
         return {"letters": self.words, "readouts": ["replies", "continuous"], "decision_prefix": DECISION_PREFIX,
                 "sample": True}

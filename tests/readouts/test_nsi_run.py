@@ -13,7 +13,7 @@ from panels.frames import render_polarity
 from panels.schema import load_panel
 from readouts.driver import Interrupted, ModelOptions, RunOptions, run
 from readouts.nsi import study as nsi_module
-from readouts.nsi.study import DECISION_PREFIX, NsiProfile, NsiStudy
+from readouts.nsi.study import DECISION_PREFIX, NsiProfile, NsiStudy, decision_words
 from tests.conftest import get_model
 
 
@@ -56,7 +56,7 @@ def test_continuous_readout_equals_plain_forward(tmp_path):
     cont = pd.read_parquet(path / "nsi_continuous.parquet").set_index(["dilemma_id", "framing"])
     lm = get_model("tiny-llama3")
     tok = lm.tokenizer
-    words = word_start_tokens(tok, ("agree", "disagree"))
+    words = decision_words(tok)
     for d in load_panel("nsi-14").records[:3]:
         for framing in ("F0", "F3"):
             ids = encode_prompt(tok, Prompt(messages=render_polarity(d, framing).messages))
@@ -109,3 +109,15 @@ def test_settings_note_names_every_field_that_differs_from_the_paper():
     quick = settings_note(NsiProfile(name="quick", chunk_size=2, samples=4, budget=96))
     assert "profile 'quick' is not the paper's settings" in quick and "temperature" not in quick
     assert "samples 4 (paper 30)" in quick and "budget 96 (paper 4096)" in quick
+
+
+def test_decision_word_rule_leaves_out_single_letters():
+    """The continuous readout's token rule: word-start tokens of two or more characters; "a" and "d" start too
+    many other words to count."""
+    tok = get_model("smollm2-135m").tokenizer
+    allowed = word_start_tokens(tok, ("agree", "disagree"))
+    words = decision_words(tok)
+    assert [set(d) for d in words.decoded] == [{"ag", "agree"}, {"di", "dis"}]
+    for ids, texts, all_ids in zip(words.token_ids, words.decoded, allowed.token_ids):
+        assert set(ids) <= set(all_ids) and all(len(t) >= 2 for t in texts)
+    assert {"a", "d"} <= {t for d in allowed.decoded for t in d}  # what the rule removes
