@@ -171,7 +171,7 @@ def codebook_markdown() -> str:
 
 ALLOCATIONS = ("equal", "paper")
 """How ``n`` items are spread over strata: equal shares, or the paper's Sample A framing mix (``PAPER_FRAMING``)."""
-PAPER_FRAMING = {"F0": 24, "F1": 75, "F2": 24, "F3": 75}
+PAPER_FRAMING = dict(zip(FRAMINGS, (24, 75, 24, 75), strict=True))
 """Sample A's items per framing (sec. 3.6: 198 items, "negated framings oversampled by design"): sec. 4.2
 gives 75 F3 items (17/75), 150 negated (15.3% = 23/150) and 48 affirmative (6.25% = 3/48) ones, so F1 has
 75; the split of the 48 affirmative items between F0 and F2 is not published and is taken as even."""

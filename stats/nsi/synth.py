@@ -69,8 +69,8 @@ def _reply(rng: np.random.Generator, decision: str, endorse: int) -> tuple[str, 
     return body, 1
 
 
-_SCORES = ("confidence", "adherence_to_laws", "adherence_to_social_ethics", "objective_positive_consequences",
-           "objective_negative_consequences")
+_SCORES = tuple(c.name for c in NSI_REPLIES.columns if c.dtype == "float?")
+"""The schema's 0-100 score fields (the reply table's nullable float columns)."""
 
 
 def _reply_row(rng: np.random.Generator, model: str, dil: str, dom: str, f: str, temp: float, idx: int,
