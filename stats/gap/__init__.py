@@ -1,10 +1,15 @@
 """The judgment-action gap paper's statistics over a run's scenarios.parquet.
 
     names           the contract's cells, readouts and frames by the role each plays here
-    tables          load_run / Run: the table read as contract.tables.SCENARIOS declares it
+    tables          load_run / Run: the table read as contract.tables.SCENARIOS declares it; pool_runs (--pool)
     screen          the screen (Table 13), the mass floor, the strictness ladder's reference levels
     continuous      p_D, p_J, g, the paired excess E, the paraphrase floor, the selection-matched null
-    binary          the binary gap, its matched null and paired excess (nested CIs), the known-gap band
+    binary          the binary gap, its matched null and paired excess, each on its own set, the known-gap band
+    nested          the binary readout's one bootstrap (scenarios, then rollouts from each order's exact distribution)
+    slices          g, the binary gap, their nulls and excesses by family, generator, family x generator, prompt
+                    version; F5 also against its harm-matched twin
+    harness         the harness calibration table (anchor-rule and forced shares) from probes.parquet
+    paraphrase      the F4 paraphrase swap (Table 14)
     control         the known-gap control move and its validation bar
     dose            the dose arm's paired contrasts (Table 8)
     raw             the raw completion frame, the chat-vs-raw bridge, the three-cell contrast
