@@ -216,14 +216,16 @@ def compare_cmd(run_dirs, out, roles, seed, n_boot):
 @click.option("--null", "null_mode", type=click.Choice(["pooled", "per-dilemma"]), default="pooled", show_default=True,
               help="pooled: the paper's (NSI of model-pooled rates, null on pooled counts); per-dilemma: mean of "
                    "per-dilemma NSI against per-dilemma nulls. Recorded in every table")
-def nsi_stats_cmd(run_dirs, out, groups, seed, null_mode):
+@click.option("--params", default=None, type=click.Path(dir_okay=False),
+              help="model -> parameter count (JSON object) for the scale correlation (sec. 4.4)")
+def nsi_stats_cmd(run_dirs, out, groups, seed, null_mode, params):
     """Negation-sensitivity statistics across one or more `readout nsi` runs."""
-    from stats.nsi import load_groups, run_nsi_stats
+    from stats.nsi import load_groups, load_params, run_nsi_stats
 
     if len(run_dirs) > 1 and out is None:
         raise ReadoutError("--out: required when several run directories are given")
     for line in run_nsi_stats(list(run_dirs), out, groups=load_groups(groups) if groups else None, seed=seed,
-                              null_mode=null_mode):
+                              null_mode=null_mode, params=load_params(params) if params else None):
         click.echo(line)
 
 

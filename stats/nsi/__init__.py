@@ -95,6 +95,7 @@ from stats.nsi.significance import (
                                  group_tests_table,
                                  kruskal_groups,
                                  pairwise_mannwhitney,
+                                 scale_table,
 )
 from stats.nsi.synth import (
                                  DILEMMAS,
@@ -105,7 +106,7 @@ from stats.nsi.synth import (
                                  write_count_run,
                                  write_synthetic_run,
 )
-from stats.nsi.tables import load_groups, load_runs, read_continuous, read_replies
+from stats.nsi.tables import load_groups, load_params, load_runs, read_continuous, read_replies
 from stats.nsi.tiers import TABLE6, TABLE7, TierBands, TierCall, domain_bands, tier_of, tier_on_ci
 
 __all__ = [
@@ -122,5 +123,6 @@ __all__ = [
     "acquiescent_rates", "coherent_rates", "synthetic_tables", "write_synthetic_run", "load_groups", "load_runs",
     "read_continuous", "read_replies", "TABLE6", "TABLE7", "TierBands", "TierCall", "domain_bands", "tier_of",
     "tier_on_ci", "group_dilemma_table", "pooled_cluster_ci", "pooled_nested_ci", "ratio_sum_ci", "DEFAULT_NULL",
-    "NULL_MODES", "nsi_null", "pooled_null", "pooled_rates", "count_tables", "write_count_run",
+    "NULL_MODES", "nsi_null", "pooled_null", "pooled_rates", "count_tables", "write_count_run", "load_params",
+    "scale_table",
 ]

@@ -24,7 +24,7 @@ from stats.nsi.endorsement import (
 )
 from stats.nsi.measures import DEFAULT_NULL, NULL_MODES
 from stats.nsi.rankings import domain_table, model_domain_table, model_table, scenario_table, temperature_table
-from stats.nsi.significance import ALPHA_FDR, cochran_table, group_tests_table
+from stats.nsi.significance import ALPHA_FDR, cochran_table, group_tests_table, scale_table
 from stats.nsi.tiers import TABLE6
 
 TIER_COLUMNS = ["model", "group", "domain", "null", "nsi", "nsi_ci_low", "nsi_ci_high", "bands", "tier",
@@ -65,10 +65,11 @@ def fmt_p(p: float) -> str:
 
 
 def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict | None, seed: int, n_null: int,
-                n_boot: int, null_mode: str = DEFAULT_NULL) -> NsiAnalysis:
+                n_boot: int, null_mode: str = DEFAULT_NULL, params: dict | None = None) -> NsiAnalysis:
     """All the tables and headlines of the audit. ``replies`` must hold sampled (T > 0) replies; ``groups``
     (model -> group label, or None) adds the group tables and tests; ``null_mode`` (measures.NULL_MODES)
-    chooses the unit of a model's NSI and its null, recorded in the tables' ``null`` column and a headline."""
+    chooses the unit of a model's NSI and its null, recorded in the tables' ``null`` column and a headline;
+    ``params`` (model -> parameter count) adds the scale correlation (sec. 4.4)."""
     if null_mode not in NULL_MODES:
         raise ValueError(f"null mode {null_mode!r}: expected one of {', '.join(NULL_MODES)}")
     samp = sampled(replies)
@@ -94,6 +95,12 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
             headlines.append(f"Kruskal-Wallis on corrected NSI across groups: H={kw['statistic']:.2f}, "
                              f"p={fmt_p(kw['p_two_sided'])}, eps2={kw['epsilon_sq']:.2f}, eta2_H={kw['eta_sq_h']:.2f}")
     kept = subset_models(cells, [m in compliant for m in cells.models])
+    if params:
+        scale = scale_table(models_tab[models_tab["compliant"]], params)
+        t.append(NsiTable("nsi_scale", "NSI against parameter count: Pearson r, r^2 (sec. 4.4)", scale))
+        r = scale[(scale["metric"] == "nsi") & (scale["x"] == "params")].iloc[0]
+        headlines.append(f"scale: NSI vs parameter count over {r.n} models: r {r.r:+.2f}, r^2 {r.r_sq:.2f}, "
+                         f"p {fmt_p(r.p_two_sided)}")
     if len(kept.models) >= 2:
         agr = agreement_table(kept, seed, n_boot)
         t.append(NsiTable("nsi_agreement", "Inter-model agreement by framing (sec. 4.1)", agr))

@@ -21,12 +21,14 @@ from stats.nsi.tables import load_runs
 
 
 def run_nsi_stats(run_dirs, out_dir=None, groups: dict | None = None, seed: int = 0, *,
-                  n_null: int = N_NULL, n_boot: int = N_BOOT, null_mode: str = DEFAULT_NULL) -> list[str]:
+                  n_null: int = N_NULL, n_boot: int = N_BOOT, null_mode: str = DEFAULT_NULL,
+                  params: dict | None = None) -> list[str]:
     """Compute every framing-stability statistic over ``run_dirs`` and write tables + figures to ``out_dir``.
 
     ``groups`` maps model name -> group label (for group tables, Kruskal-Wallis and Mann-Whitney).
     ``null_mode``: ``pooled`` (the paper's) or ``per-dilemma`` (stats.nsi.measures), recorded in the
-    tables' ``null`` column and in the headlines. With one
+    tables' ``null`` column and in the headlines. ``params`` (model -> parameter count) adds the scale
+    correlation of sec. 4.4. With one
     run directory and no ``out_dir`` the output goes to ``RUN_DIR/stats``. Returns headline lines.
     Quantities that a run cannot define (e.g. NSI of a dilemma with a framing whose replies all failed to
     parse) are NaN in the tables, blank in the Markdown, and said so in the headlines.
@@ -53,7 +55,7 @@ def run_nsi_stats(run_dirs, out_dir=None, groups: dict | None = None, seed: int 
         warnings.filterwarnings("ignore", message="Mean of empty slice", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message="All-NaN slice encountered", category=RuntimeWarning)
         warnings.filterwarnings("ignore", message="invalid value encountered", category=RuntimeWarning)
-        a = analyze_nsi(replies, cont, groups, seed, n_null, n_boot, null_mode)
+        a = analyze_nsi(replies, cont, groups, seed, n_null, n_boot, null_mode, params)
         undefined = cont.attrs.get("undefined", []) if cont is not None else []
         if undefined:  # counted and named, never dropped silently
             note = (f"{len(undefined)} continuous reads put no mass on either word (p_agree undefined) and are left "

@@ -158,3 +158,22 @@ def group_tests_table(models_tab: pd.DataFrame, groups: dict) -> pd.DataFrame:
                           "p_greater": t.p_greater, "epsilon_sq": np.nan, "eta_sq_h": np.nan,
                           "rank_biserial": t.rank_biserial})
     return pd.DataFrame(tests)
+
+
+def scale_table(models_tab: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """Sec. 4.4: "a negative correlation between parameter count and NSI (r^2 = 0.25, p = 0.05)". Pearson r,
+    r^2 and the two-sided p (scipy ``pearsonr``) of the per-model NSI (observed and corrected) against the
+    parameter count, as given and on a log10 scale (the paper does not say which), over the models with a count."""
+    rows = []
+    tab = models_tab[models_tab["model"].isin(params)]
+    x_raw = np.array([float(params[m]) for m in tab["model"]])
+    for metric in ("nsi", "nsi_corrected"):
+        y = tab[metric].to_numpy(dtype=float)
+        for scale, x in (("params", x_raw), ("log10_params", np.log10(x_raw) if (x_raw > 0).all() else x_raw * np.nan)):
+            ok = np.isfinite(x) & np.isfinite(y)
+            r = p = np.nan
+            if ok.sum() >= 3 and np.ptp(x[ok]) > 0 and np.ptp(y[ok]) > 0:
+                res = sps.pearsonr(x[ok], y[ok])
+                r, p = float(res.statistic), float(res.pvalue)
+            rows.append({"metric": metric, "x": scale, "n": int(ok.sum()), "r": r, "r_sq": r * r, "p_two_sided": p})
+    return pd.DataFrame(rows)

@@ -153,6 +153,23 @@ def read_replies_many(run_dirs) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def load_params(path) -> dict:
+    """Read a model -> parameter count mapping (a JSON object of positive numbers, e.g. billions)."""
+    path = Path(path)
+    if not path.is_file():
+        raise NSITableError(f"{path}: file not found")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise NSITableError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise NSITableError(f"{path}: expected a JSON object mapping model name to parameter count")
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise NSITableError(f"{path}: model {k!r}: parameter count {v!r} is not a positive number")
+    return {str(k): float(v) for k, v in data.items()}
+
+
 def load_groups(path) -> dict:
     """Read a model -> group mapping from a JSON object file or a CSV with columns ``model`` and ``group``."""
     path = Path(path)
