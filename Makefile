@@ -8,7 +8,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test readout merge bench bench-deps mutants clean-cache
+.PHONY: install test readout merge bench bench-deps mutants gpu-prep clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -48,6 +48,10 @@ bench:
 # Mutation check (not part of CI): each edit in tests/mutants/*.toml must make its listed tests fail.
 mutants:
 	$(PY) scripts/mutants.py
+
+# Before a device call: the embedded model's real tokenizer into .gpu-tokenizer/ (carry it with the call).
+gpu-prep:
+	$(PY) scripts/gpu_check.py --prepare-tokenizer
 
 clean-cache:
 	rm -rf $${LOGIT_READOUT_CACHE:-$$HOME/.cache/logit-readout}

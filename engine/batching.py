@@ -84,19 +84,31 @@ def kv_bytes_per_token(model) -> int:
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
 
 
+def usable_memory(model, device: torch.device) -> int:
+    """Bytes of a CUDA device left for caches and activations: its total memory less the model's weights.
+
+    Fixed for a given GPU model and checkpoint, unlike the moment's free memory (which PyTorch's cached blocks,
+    earlier stages and other processes move): batch limits derived from it are the same for a single-process
+    run, its shards and a resumed run, so their batches, and bf16 results, are too. A batch that does not fit
+    after all (another process on the GPU) is halved and retried."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
+    weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == "cuda" and p.device.index == index)
+    return max(0, total - weights)
+
+
 def cache_token_limit(model, device: torch.device, budget: int) -> int:
     """Tokens of keys/values held at once (cached prefix-tree nodes of a wave, or one batch's assembled
-    prefixes): 4x the token budget, and on CUDA at most a quarter of the free memory."""
+    prefixes): 4x the token budget, and on CUDA at most a quarter of the usable memory."""
     limit = 4 * budget
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        limit = min(limit, max(budget, int(0.25 * free) // kv_bytes_per_token(model)))
+        limit = min(limit, max(budget, int(0.25 * usable_memory(model, device)) // kv_bytes_per_token(model)))
     return limit
 
 
 def generation_cache_limit(model, device: torch.device) -> int | None:
     """Tokens of keys/values one generation batch may hold (rows x (prompt + new tokens)): on CUDA half
-    the free memory; None (unbounded) elsewhere."""
+    the usable memory; None (unbounded) elsewhere."""
     if device.type != "cuda":
         return None
-    return int(0.5 * torch.cuda.mem_get_info(device)[0]) // kv_bytes_per_token(model)
+    return int(0.5 * usable_memory(model, device)) // kv_bytes_per_token(model)

@@ -193,8 +193,9 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
         tokens = torch.zeros((rows, max_new), dtype=torch.long, device=device)
         lengths, stopped = [0] * rows, [False] * rows
         logits = state.step()
-        if settings.prefix_kv is not None:
-            settings.prefix_kv.update(state.prompt_kv())
+        # Published once the batch has succeeded: a batch that runs out of memory leaves nothing behind
+        # for its halves' retry to hold on to.
+        published = state.prompt_kv() if settings.prefix_kv is not None else None
         for step in range(max_new):
             best = logits.argmax(-1)
             if all(greedy[r] for r in live):
@@ -223,6 +224,8 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
                 break
             logits = state.step(token)
         tokens = tokens.cpu()
+    if published is not None:
+        settings.prefix_kv.update(published)
     return [
         [Rollout(tuple(tokens[r, : lengths[r]].tolist()), stopped[r], greedy[r]) for r in range(p * n, (p + 1) * n)]
         for p in range(len(prompts))

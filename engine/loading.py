@@ -175,6 +175,20 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+def load_tokenizer_config(name: str):
+    """The tokenizer and config of `name` from disk, without its weights (for planning a run)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    folder, _ = locate(resolve(name))
+    try:
+        with _quiet_transformers():
+            return (AutoTokenizer.from_pretrained(folder, local_files_only=True),
+                    AutoConfig.from_pretrained(folder, local_files_only=True))
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelUnavailableError(f"model '{name}': cannot read its tokenizer and config from {folder}: {first}") from None
+
+
 def load_model(
     name: str,
     *,
@@ -207,6 +221,8 @@ def load_model(
         kwargs["device_map"] = device_map or {"": device}
     elif device_map is not None:
         kwargs["device_map"] = device_map
+    elif str(device).startswith("cuda"):
+        kwargs["device_map"] = {"": device}  # weights go straight to the GPU, not through host memory first
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:

@@ -177,3 +177,9 @@ def chain(plan: list[PrefixGroup], node: int | None) -> list[tuple[int, int]]:
         out.append((node, node_start(plan, node)))
         node = plan[node].parent
     return out[::-1]
+
+
+def planned_tokens(seqs: Sequence[Sequence[int]], plan: list[PrefixGroup]) -> int:
+    """Tokens a plan runs: each node's own tokens once, and each member's tokens after its node's prefix."""
+    nodes = sum(g.prefix_len - node_start(plan, k) for k, g in enumerate(plan))
+    return nodes + sum(len(seqs[m]) - g.prefix_len for g in plan for m in g.members)

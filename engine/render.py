@@ -10,12 +10,18 @@ from engine.errors import RenderError
 
 
 def tokenizer_adds_bos(tokenizer) -> bool:
-    """Whether the tokenizer prepends its BOS when encoding plain text (Llama-3 style post-processor)."""
+    """Whether the tokenizer prepends its BOS when encoding plain text (Llama-3 style post-processor).
+    Found once per tokenizer and BOS (kept on the tokenizer object)."""
     bos = tokenizer.bos_token_id
     if bos is None:
         return False
+    known = getattr(tokenizer, "_readout_adds_bos", None)
+    if known is not None and known[0] == bos:
+        return known[1]
     ids = tokenizer("x", add_special_tokens=True)["input_ids"]
-    return len(ids) > 0 and ids[0] == bos
+    adds = len(ids) > 0 and ids[0] == bos
+    tokenizer._readout_adds_bos = (bos, adds)
+    return adds
 
 
 def encode_raw(tokenizer, text: str) -> list[int]:
@@ -56,7 +62,7 @@ def encode_chat(tokenizer, messages: list[dict], system: str | None = None) -> l
         raise RenderError(f"chat template refused the messages: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     ids = list(encoded["input_ids"])
     bos = tokenizer.bos_token_id
-    if bos is not None and tokenizer_adds_bos(tokenizer) and (not ids or ids[0] != bos):
+    if bos is not None and (not ids or ids[0] != bos) and tokenizer_adds_bos(tokenizer):
         ids = [bos, *ids]
     if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
         raise RenderError("chat prompt renders with two BOS tokens; the template and tokenizer disagree")

@@ -11,6 +11,7 @@ import click
 from contract.names import CELLS
 from engine.errors import ReadoutError
 from panels.schema import PanelError
+from readouts.gap.profile import PROFILES as GAP_PROFILES
 from stats.core.errors import StatsInputError
 
 
@@ -55,7 +56,7 @@ def _model(kwargs):
                         token_budget=kwargs.pop("token_budget"))
 
 
-def _run_options(default_seed: int):
+def _run_options(default_seed: int, profiles=("quick", "paper")):
     """The options every study run takes (readouts.driver.RunOptions), on top of the model options."""
     def wrap(f):
         f = _model_options(f)
@@ -67,18 +68,25 @@ def _run_options(default_seed: int):
         f = click.option("--limit", default=None, type=int, help="read only the first N records of the profile's selection")(f)
         f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                          help="override a profile field, e.g. --set j_budget=256 --set orders.D=8 (recorded)")(f)
-        f = click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]))(f)
+        f = click.option("--profile", default="quick", show_default=True, type=click.Choice(list(profiles)))(f)
         return f
     return wrap
 
 
 def _run(study, kwargs, log_panel: str | None):
-    from readouts.driver import RunOptions, run
+    from readouts.driver import RunOptions, plan_run, run
 
     options = RunOptions(model=_model(kwargs), panel=log_panel, profile=kwargs["profile"],
                          overrides=tuple(kwargs["overrides"]), limit=kwargs["limit"], out=kwargs["out"],
                          seed=kwargs["seed"], force=kwargs["force"], progress=kwargs["progress"],
                          shard=_parse_shard(kwargs["shard"]))
+    if kwargs.get("plan"):
+        from readouts.plan import plan_lines
+
+        rows, size, header = plan_run(study, options, kwargs["gpu"])
+        for line in plan_lines(rows, size, kwargs["gpu"], header):
+            click.echo(line)
+        return
     run(study, options, log=lambda line: click.echo(line, err=True))
 
 
@@ -115,7 +123,10 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @click.option("--panel", "-p", default="gap-v2", show_default=True, help="shipped panel name or JSONL path")
 @click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
-@_run_options(default_seed=0)
+@click.option("--plan", is_flag=True, help="print the run's workload per stage and its estimated time on --gpu, "
+              "without loading the model's weights; nothing is run")
+@click.option("--gpu", default="h200", show_default=True, help="GPU of the --plan estimate: h200, h100, a100, l40s")
+@_run_options(default_seed=0, profiles=tuple(GAP_PROFILES))
 def run_cmd(panel, readouts, sample, **kwargs):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
     from readouts.gap.study import GapStudy
@@ -305,7 +316,7 @@ def panels_validate(paths):
 @click.option("--order", "order_index", type=int, default=None,
               help="order index as a run reads it (probes.parquet order_index; default: options as listed)")
 @click.option("--seed", type=int, default=0, show_default=True, help="the run's seed")
-@click.option("--profile", default="quick", show_default=True, type=click.Choice(["quick", "paper"]),
+@click.option("--profile", default="quick", show_default=True, type=click.Choice(list(GAP_PROFILES)),
               help="the run's profile (its order counts)")
 @click.option("--model", "-m", default=None, help="show the exact prompt this model reads (its template, BOS)")
 def panels_show(panel, record_id, frame, cell, order_index, seed, profile, model):

@@ -230,6 +230,24 @@ def _resolve(study: Study, options: RunOptions) -> _Job:
     return _Job(study, options, profile, overrides, panel, records, seed, out)
 
 
+def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], object, str]:
+    """`--plan`: the run's workload per stage and its estimated time on `gpu`, from the panel, the profile and
+    the model's tokenizer and config alone (no weights load). Returns (rows, model size, header line)."""
+    from engine.loading import load_tokenizer_config
+    from readouts.plan import model_size, plan_table
+
+    job = _resolve(study, options)
+    workload = getattr(study, "workload", None)
+    if workload is None:
+        raise ReadoutError(f"--plan: not available for the {study.kind} study")
+    tokenizer, config = load_tokenizer_config(options.model.model)
+    stages = workload(tokenizer, job.chunks, job.profile, job.seed)
+    size = model_size(config)
+    header = (f"plan: {options.model.model} on {job.panel.name}, profile {job.profile.name}, {len(job.records)} records "
+              f"in {len(job.chunks)} chunks of {job.profile.chunk_size}")
+    return plan_table(stages, size, gpu), size, header
+
+
 def run(study: Study, options: RunOptions, log=print) -> Path:
     """Run (or resume) a study; returns the run directory.
 
@@ -311,7 +329,8 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
     rundir.write_manifest({**manifest, "identity": rundir.identity, "chunks": rundir.finished(), "complete": True,
                            "last_session": {"computed_chunks": computed, "wall_seconds": round(wall, 1),
                                             "seconds_by_stage": {k: round(v, 2) for k, v in runner.timings.items()},
-                                            "items_by_stage": runner.counts}})
+                                            "items_by_stage": runner.counts},
+                           **_planned(study, lm, chunks, profile, job.seed)})
     log("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
                                for name, df in zip(study.tables, merged)))
     for line in study.summary(merged):
@@ -321,6 +340,18 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
                           for k, t in runner.timings.items())
         log(f"wall time {wall:.1f} s for {computed} chunks; rates: {rates}")
     return rundir.path
+
+
+def _planned(study: Study, lm, chunks, profile, seed: int) -> dict:
+    """The workload `--plan` would print for this run (per stage, without time estimates), for the manifest."""
+    workload = getattr(study, "workload", None)
+    if workload is None:
+        return {}
+    from dataclasses import asdict
+
+    stages = workload(lm.tokenizer, chunks, profile, seed)
+    return {"workload_by_stage": {st.stage: {k: v for k, v in asdict(st).items() if k not in ("stage", "decode_batches")}
+                                  for st in stages}}
 
 
 def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None, log=print, shards: int | None = None) -> Path:

@@ -93,6 +93,31 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def load_tokenizer(folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def prompt_tokenizer(folder: str | None):
+    """A real tokenizer for the prompts (its ids fit inside both architectures' vocabularies): `folder`, a carried
+    .gpu-tokenizer/, or the embedded SmolLM2's; the tiny ChatML family's only when none is there."""
+    from engine import embedded
+    from engine.loading import load_model
+
+    candidates = [folder] if folder else [str(ROOT / ".gpu-tokenizer")]
+    if not folder and embedded.is_converted():
+        candidates.append(str(embedded.converted_dir()))
+    for path in candidates:
+        if Path(path, "tokenizer.json").is_file() or Path(path, "tokenizer_config.json").is_file():
+            return load_tokenizer(path), path
+    if folder:
+        raise SystemExit(f"error: --tokenizer: {folder} holds no tokenizer")
+    print("warning: no real tokenizer found (pass --tokenizer, or carry .gpu-tokenizer/): prompts use tiny-olmo3's "
+          "1,200-token vocabulary and are about twice as long as real ones; rates are not representative")
+    return load_model("tiny-olmo3", device="cpu").tokenizer, "tiny-olmo3 (not representative)"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", choices=sorted(ARCHS), default="olmo3")
@@ -102,14 +127,26 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--token-budget", type=int, default=65536)
     ap.add_argument("--tiny", action="store_true", help="small config on CPU: checks the script, measures nothing useful")
+    ap.add_argument("--tokenizer", default=None,
+                    help="folder holding a real tokenizer for the prompts (default: the embedded SmolLM2's if it is "
+                         "installed or carried in .gpu-tokenizer/, else tiny-olmo3's 1,200-token one, whose prompts "
+                         "are about twice as long as a real tokenizer's)")
+    ap.add_argument("--prepare-tokenizer", action="store_true",
+                    help="copy the embedded SmolLM2's tokenizer into .gpu-tokenizer/ (to carry to a GPU machine) and exit")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
+    if args.prepare_tokenizer:
+        from engine import embedded
+
+        target = ROOT / ".gpu-tokenizer"
+        load_tokenizer(embedded.ensure_smollm2()).save_pretrained(target)
+        print(f"wrote the embedded SmolLM2 tokenizer to {target}")
+        return
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from engine.generation import generate
     from engine.letters import resolve_letters
-    from engine.loading import load_model
     from engine.render import Prompt, encode_prompt
     from engine.scoring import ScoreStats, score_ids
     from panels.frames import render
@@ -122,8 +159,8 @@ def main():
     if args.tiny:
         spec.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
         args.scenarios, args.orders, args.gen_prompts, args.gen_tokens = 4, 4, 4, 8
-    # The tokenizer of the tiny ChatML family stands in for the real one (ids fit inside the real vocab).
-    tok = load_model("tiny-olmo3", device="cpu").tokenizer
+    tok, tokenizer_name = prompt_tokenizer(args.tokenizer)
+    print(f"prompt tokenizer: {tokenizer_name} ({len(tok)} tokens)")
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     t0 = time.perf_counter()
     with torch.device(device):
@@ -154,7 +191,7 @@ def main():
     sync(device)
     secs = time.perf_counter() - t0
     flops = 2 * body * stats.computed_tokens + 2 * head * len(seqs)
-    result = dict(arch=args.arch, device=device, params=params, matmul_tflops=rate / 1e12, d_probes=len(seqs),
+    result = dict(arch=args.arch, device=device, tokenizer=tokenizer_name, params=params, matmul_tflops=rate / 1e12, d_probes=len(seqs),
                   d_seconds=secs, d_probes_per_s=len(seqs) / secs, d_prompt_tokens=stats.prompt_tokens,
                   d_computed_tokens=stats.computed_tokens, d_tokens_per_s=stats.computed_tokens / secs,
                   d_share_of_matmul=flops / secs / rate)

@@ -47,6 +47,9 @@ class GapProfile(Profile):
 
 PROFILES = {
     "paper": GapProfile(name="paper", chunk_size=4, orders=dict(D=32, J0=32, control=32, raw=8)),
+    # The paper's settings in chunks sized for a GPU: a chunk is the unit one batch plan covers, so larger
+    # chunks give the engine batches of thousands of rows instead of a few hundred (same numbers otherwise).
+    "paper-gpu": GapProfile(name="paper-gpu", chunk_size=32, orders=dict(D=32, J0=32, control=32, raw=8)),
     "quick": GapProfile(name="quick", chunk_size=5, max_units=10, orders=dict(D=6, J0=4, control=4, raw=2),
                         j_samples=2, j_budget=24, dose_samples=0, dose_budget=24, dose_brief_budget=12,
                         paraphrase=False),

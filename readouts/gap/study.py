@@ -79,6 +79,13 @@ class GapStudy:
                         n = len(encode_prompt(lm.tokenizer, prompt_of(render(s, frame, cell)))) + extra
                         lm.check_fits(n, f"{s.source}: context ({frame}, {cell})")
 
+    def workload(self, tokenizer, chunks, profile, seed: int):
+        """The run's workload per stage without a model (`--plan`; readouts/gap/plan.py)."""
+        from readouts.gap.plan import gap_workload
+
+        groups = parse_readouts(self.readouts, getattr(tokenizer, "chat_template", None) is not None)
+        return gap_workload(tokenizer, chunks, profile, groups, seed)
+
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups)
 

@@ -105,3 +105,39 @@ def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
     assert "[0/2] chunk 1/2: computed" in proc.stderr and "[1/2] chunk 2/2: computed" in proc.stderr
     for a, b in zip(tables(single[study]), tables(out)):
         pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-7)
+
+
+def test_bf16_shards_equal_the_single_bf16_run(tmp_path):
+    """In bf16 too (where a different batch composition would change results), shards plus merge give the
+    single-process tables: batch limits depend on the chunk and the profile, not on which process runs it."""
+    bf16 = dict(model=ModelOptions("tiny-qwen2", dtype="bfloat16"))
+    run_study("gap", tmp_path / "single", **bf16)
+    for i in range(2):
+        run_study("gap", tmp_path / "sharded", shard=(i, 2), **bf16)
+    merge_run(tmp_path / "sharded", log=lambda _: None)
+    single, sharded = tables(tmp_path / "single"), tables(tmp_path / "sharded")
+    assert "bfloat16" in (tmp_path / "single" / "manifest.json").read_text()
+    for a, b in zip(single, sharded):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_ranks_wait_longer_than_nccls_default(monkeypatch):
+    """Ranks that finish their chunks early wait at the final barrier: the process group is formed with a
+    timeout of hours, not NCCL's default 10 minutes."""
+    import datetime
+
+    import accelerate
+
+    from readouts.driver import RANK_TIMEOUT, parallel_context
+
+    seen = {}
+
+    class FakeState:
+        def __init__(self, cpu=False, **kwargs):
+            seen.update(kwargs)
+            self.process_index, self.num_processes, self.device = 1, 2, "cpu"
+
+    monkeypatch.setattr(accelerate, "PartialState", FakeState)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert parallel_context(None, False, None)[:2] == (1, 2)
+    assert seen["timeout"] == RANK_TIMEOUT >= datetime.timedelta(hours=6)

@@ -1,0 +1,78 @@
+"""The judgment-action run's workload, stage by stage, as GapRunner would compute it (for `--plan`):
+the same stages, seeded option orders, rendered frames and token budgets, tokenized with the model's own
+tokenizer; generation prompts planned into prefix trees chunk by chunk as the decoder plans them.
+"""
+
+from __future__ import annotations
+
+from contract.readouts import FIRST_TOKEN
+from engine.planner import plan_prefix_groups, planned_tokens
+from engine.render import encode_prompt
+from panels.frames import render
+from readouts.gap.profile import GapProfile, cells_read, rollouts
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, orders_for, prompt_of, stages
+from readouts.plan import StageWork
+
+
+def _shared(seqs) -> int:
+    """Tokens run for `seqs` after dropping duplicates and sharing prefixes (the decoder's plan)."""
+    unique = list(dict.fromkeys(seqs))
+    return planned_tokens(unique, plan_prefix_groups(unique)) if unique else 0
+
+
+def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int) -> None:
+    """A first-token readout reads each scenario cell in every option order. Its orders differ only in the
+    option lines, so two orders are tokenized: the first one's length stands for every order (a permutation
+    of the same lines: a token or two apart at most), and what they share before the options is counted
+    once per cell, as the prefix tree runs it (sharing across cells, the template header, is left out)."""
+    (frame,) = spec.frames
+    for s in chunk:
+        orders = orders_for(s, spec, profile, seed)
+        for cell in cells_read(s, profile):
+            first, second = (tuple(encode_prompt(tok, prompt_of(render(s, frame, cell, order)))) for order in (orders * 2)[:2])
+            shared = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
+            shared = min(shared, len(first) - 1)
+            st.prompts += len(orders)
+            st.reads += len(orders)
+            st.prompt_tokens += len(first) * len(orders)
+            st.computed_tokens += shared + (len(first) - shared) * len(orders)
+
+
+def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int) -> None:
+    own = [s for s in specs if s.generates]
+    n = rollouts(own[0], profile)
+    jobs = []  # (prompt, budget)
+    for s in chunk:
+        orders = orders_for(s, own[0], profile, seed)
+        for cell in cells_read(s, profile):
+            for sp in own:
+                for k, frame in enumerate(sp.frames):
+                    jobs.append((sp.name, tuple(encode_prompt(tok, prompt_of(render(s, frame, cell, orders[k])))),
+                                 getattr(profile, sp.budget)))
+    if not jobs:
+        return
+    seqs = [p for _, p, _ in jobs]
+    st.prompts += len(jobs)
+    st.prompt_tokens += sum(map(len, seqs))
+    st.computed_tokens += _shared(seqs)
+    st.rollouts += len(jobs) * n
+    st.generated_max += n * sum(b for _, _, b in jobs)
+    derived = [sp for sp in specs if sp.derived_from is not None]
+    reads = len(jobs) * n + sum(n * sum(1 for name, _, _ in jobs if name == sp.derived_from) for sp in derived)
+    st.reads += reads
+    longest = max(b for _, _, b in jobs)
+    st.reread_tokens_max += reads * (longest + ANCHOR_ALLOWANCE)
+    st.decode_batches.append((len(jobs) * n, sum(len(p) for p in dict.fromkeys(seqs)), longest))
+
+
+def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int) -> list[StageWork]:
+    """Per stage, the run's workload over all `chunks` (lists of scenarios)."""
+    out: dict[str, StageWork] = {}
+    for chunk in chunks:
+        for name, specs in stages(groups):
+            st = out.setdefault(name, StageWork(name))
+            if specs[0].read == FIRST_TOKEN:
+                _first_token(st, tok, chunk, specs[0], profile, seed)
+            else:
+                _generated(st, tok, chunk, specs, profile, seed)
+    return list(out.values())

@@ -1,0 +1,140 @@
+"""`readout run --plan`: a run's workload before any model loads, and what it should cost on a named GPU.
+
+A study lists, per stage, the prompts it reads or generates from (tokenized with the model's own tokenizer,
+planned into prefix trees chunk by chunk as the engine will), the rollouts and their token budgets. The
+estimate puts that work against a GPU's published dense bf16 matmul rate and memory bandwidth, each at an
+efficiency a careful engine reaches (PREFILL_EFFICIENCY, DECODE_EFFICIENCY): prefill and re-reads are
+matmul-bound; a decoding step reads the weights and the batch's keys/values once, or is matmul-bound for
+very wide batches. The model's size comes from its config on the meta device (no weights are read).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from engine.batching import DEFAULT_BOUNDS
+from engine.errors import ReadoutError
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    bf16_flops: float
+    """Dense bf16 matmul rate (FLOP/s), as the vendor publishes it."""
+    bandwidth: float
+    """Memory bandwidth (bytes/s)."""
+
+
+GPUS = {
+    "h200": Gpu("NVIDIA H200 (SXM)", 989e12, 4.8e12),
+    "h100": Gpu("NVIDIA H100 (SXM)", 989e12, 3.35e12),
+    "a100": Gpu("NVIDIA A100 80GB (SXM)", 312e12, 2.04e12),
+    "l40s": Gpu("NVIDIA L40S", 362e12, 0.864e12),
+}
+PREFILL_EFFICIENCY = 0.5
+"""Share of the matmul rate a prefill or re-read forward pass reaches."""
+DECODE_EFFICIENCY = 0.7
+"""Share of the memory bandwidth a decoding step reaches."""
+
+
+@dataclass
+class StageWork:
+    """One stage of a run, summed over its chunks."""
+
+    stage: str
+    prompts: int = 0
+    """Prompts read at their first token, or generated from."""
+    prompt_tokens: int = 0
+    computed_tokens: int = 0
+    """Prompt tokens actually run after prefix sharing (per chunk, as the engine plans)."""
+    rollouts: int = 0
+    """Rows decoded (prompts x rollouts)."""
+    generated_max: int = 0
+    """Upper bound of generated tokens (every rollout to its budget)."""
+    reread_tokens_max: int = 0
+    """Upper bound of tokens run to read letters after generated text (the text, the forced anchor)."""
+    reads: int = 0
+    """Read positions (probe rows)."""
+    decode_batches: list = field(default_factory=list)
+    """Per chunk: (rows, prompt tokens, longest budget) of its decoding, for the decode estimate."""
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    params: int
+    weight_bytes: int
+    kv_bytes_per_token: int
+
+
+def model_size(config, dtype_bytes: int = 2) -> ModelSize:
+    """Parameters of the architecture in `config`, built on the meta device (no memory, no weights)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return ModelSize(params, params * dtype_bytes, 2 * config.num_hidden_layers * kv_heads * head_dim * dtype_bytes)
+
+
+def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
+    """Seconds for one stage on `gpu` (prefill, decode, re-reads), from its workload and the model's size."""
+    matmul = gpu.bf16_flops * PREFILL_EFFICIENCY
+    bandwidth = gpu.bandwidth * DECODE_EFFICIENCY
+    prefill = stage.computed_tokens * 2 * size.params / matmul
+    rows_bound = DEFAULT_BOUNDS["generate"]["cuda"][1]
+    decode = 0.0
+    for rows, prompt_tokens, budget in stage.decode_batches:
+        batches = math.ceil(rows / rows_bound)
+        width = rows / batches
+        held = prompt_tokens / batches + width * budget / 2  # keys/values a step reads, on average
+        step = max((size.weight_bytes + held * size.kv_bytes_per_token) / bandwidth, width * 2 * size.params / matmul)
+        decode += batches * budget * step
+    reread = stage.reread_tokens_max * 2 * size.params / matmul
+    return {"prefill_s": prefill, "decode_s": decode, "reread_s": reread, "total_s": prefill + decode + reread}
+
+
+def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str) -> list[dict]:
+    """One row per stage (and a total row): the workload and the estimated seconds on the named GPU."""
+    if gpu_name not in GPUS:
+        raise ReadoutError(f"--gpu: '{gpu_name}' is not one of {', '.join(GPUS)}")
+    gpu = GPUS[gpu_name]
+    rows = []
+    for st in stages:
+        work = {k: v for k, v in asdict(st).items() if k != "decode_batches"}
+        rows.append({**work, **estimate(st, size, gpu)})
+    total = {"stage": "total"}
+    for key in rows[0] if rows else ():
+        if key != "stage":
+            total[key] = sum(r[key] for r in rows)
+    return rows + [total]
+
+
+def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) -> list[str]:
+    """The plan as printed by `--plan`."""
+    gpu = GPUS[gpu_name]
+    lines = [header,
+             f"model: {size.params / 1e9:.2f} B parameters, {size.weight_bytes / 1e9:.1f} GB in bf16, "
+             f"{size.kv_bytes_per_token / 1024:.0f} KiB of keys/values per token",
+             f"estimate on {gpu.name}: {gpu.bf16_flops / 1e12:.0f} TFLOP/s bf16 at {PREFILL_EFFICIENCY:.0%}, "
+             f"{gpu.bandwidth / 1e12:.2f} TB/s at {DECODE_EFFICIENCY:.0%}",
+             f"{'stage':<10} {'prompts':>8} {'prompt tok':>11} {'computed':>10} {'rollouts':>9} {'gen. max':>10} "
+             f"{'reads':>8} {'prefill':>8} {'decode':>8} {'re-read':>8} {'total':>8}"]
+    for r in rows:
+        lines.append(f"{r['stage']:<10} {r['prompts']:>8,} {r['prompt_tokens']:>11,} {r['computed_tokens']:>10,} "
+                     f"{r['rollouts']:>9,} {r['generated_max']:>10,} {r['reads']:>8,} {_time(r['prefill_s']):>8} "
+                     f"{_time(r['decode_s']):>8} {_time(r['reread_s']):>8} {_time(r['total_s']):>8}")
+    lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements.")
+    return lines
+
+
+def _time(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.2f}h"

@@ -1,0 +1,83 @@
+"""`readout run --plan`: the workload per stage before any weights load, equal to what the run then does
+(reads per stage, generated tokens within the bound, prompt tokens as the probes record them), and its
+estimate on a named GPU."""
+
+import dataclasses
+import json
+
+import pandas as pd
+import pytest
+
+import engine.loading as loading
+import readouts.driver as driver
+from engine.errors import ReadoutError
+from readouts.cli import main
+from readouts.driver import ModelOptions, RunOptions, plan_run, run
+from readouts.gap import profile as gap_profile
+from readouts.gap.study import GapStudy
+from readouts.plan import GPUS, ModelSize, StageWork, estimate
+
+PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="plan-test", max_units=2, chunk_size=1,
+                              orders={"D": 3, "J0": 2, "control": 2, "raw": 2}, j_samples=1, j_budget=5,
+                              dose_samples=1, dose_budget=5, dose_brief_budget=3)
+
+
+@pytest.fixture(autouse=True)
+def plan_profile(monkeypatch):
+    monkeypatch.setitem(gap_profile.PROFILES, "plan-test", PROFILE)
+
+
+def test_the_plan_is_the_run(tmp_path, monkeypatch):
+    options = RunOptions(model=ModelOptions("tiny-llama3"), profile="plan-test", out=str(tmp_path / "run"), progress=False)
+    with monkeypatch.context() as m:
+        for module in (loading, driver):
+            m.setattr(module, "load_model", lambda *a, **k: pytest.fail("--plan loaded a model"))
+        rows, size, header = plan_run(GapStudy(), options, "h200")
+    assert "2 records in 2 chunks of 1" in header and size.params > 0
+    planned = {r["stage"]: r for r in rows}
+    path = run(GapStudy(), options, log=lambda _: None)
+    manifest = json.loads((path / "manifest.json").read_text())
+    probes = pd.read_parquet(path / "probes.parquet")
+    done = manifest["last_session"]["items_by_stage"]
+    assert set(done) == set(planned) - {"total"}
+    for stage, count in done.items():
+        assert planned[stage]["reads"] == count, stage
+    first_token = probes[probes.generated_tokens.isna()]
+    for stage in ("D", "J0", "control"):
+        read = first_token[first_token.readout == stage].prompt_tokens.sum()
+        assert abs(planned[stage]["prompt_tokens"] - read) <= 0.01 * read  # other orders counted as the first
+        assert 0 < planned[stage]["computed_tokens"] < planned[stage]["prompt_tokens"]  # orders share their prefix
+    generated = probes[probes.readout.isin(["J", "dose_reasoning", "dose_filler", "dose_brief", "dose_norm"])
+                       & (probes.rollout >= 0)].generated_tokens.sum()
+    assert 0 < generated <= planned["J"]["generated_max"] + planned["dose"]["generated_max"]
+    assert manifest["workload_by_stage"]["D"]["reads"] == planned["D"]["reads"]
+
+
+def test_plan_on_the_command_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--plan", "--model", "tiny-qwen2", "--panel", "gap-v1", "--profile", "paper", "--gpu", "h100"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "profile paper, 140 records in 35 chunks of 4" in out and "NVIDIA H100" in out
+    assert any(line.startswith("total ") for line in out.splitlines())
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--plan", "--model", "tiny-qwen2", "--gpu", "tpu"])
+    assert exc.value.code != 0
+
+
+def test_unknown_gpu_is_refused():
+    with pytest.raises(ReadoutError, match="--gpu: 'tpu'"):
+        from readouts.plan import plan_table
+
+        plan_table([], ModelSize(1, 2, 3), "tpu")
+
+
+def test_estimate_bounds():
+    """Prefill is matmul-bound; a decoding step of a narrow batch is bandwidth-bound: weights read once per step."""
+    gpu = GPUS["h200"]
+    size = ModelSize(params=7 * 10**9, weight_bytes=14 * 10**9, kv_bytes_per_token=131072)
+    st = StageWork("J", computed_tokens=10**6, decode_batches=[(1, 100, 512)])
+    times = estimate(st, size, gpu)
+    assert times["prefill_s"] == pytest.approx(10**6 * 2 * 7e9 / (989e12 * 0.5))
+    step = (14e9 + (100 + 256) * 131072) / (4.8e12 * 0.7)
+    assert times["decode_s"] == pytest.approx(512 * step)
