@@ -109,7 +109,7 @@ def _hub_snapshot(spec: ModelSpec) -> tuple[Path, str | None]:
     except Exception as exc:  # LocalEntryNotFoundError, gated/offline variants: all mean "not here"
         raise ModelUnavailableError(
             f"model '{spec.name}' ({spec.hf_id}) is not in the local HF cache and nothing is downloaded here; "
-            f"fetch it where the hub is reachable (`huggingface-cli download {spec.hf_id}`) or pass a local folder"
+            f"fetch it where the hub is reachable (`hf download {spec.hf_id}`) or pass a local folder"
             f" [{type(exc).__name__}]"
         ) from None
     return Path(folder), Path(folder).name
@@ -175,6 +175,13 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+def check_device(device: str) -> None:
+    """Refuse, in one line, a device this torch cannot use (a CUDA device on a CPU-only build or machine)."""
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}, but no GPU is visible"
+        raise ReadoutError(f"--device: '{device}' asked for, but this torch ({torch.__version__}) is {build}; use --device cpu")
+
+
 def load_tokenizer_config(name: str):
     """The tokenizer and config of `name` from disk, without its weights (for planning a run)."""
     from transformers import AutoConfig, AutoTokenizer
@@ -208,6 +215,7 @@ def load_model(
     folder, revision = locate(spec)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_device(device)
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     elif isinstance(dtype, str):

@@ -16,6 +16,7 @@ from stats.core.errors import StatsInputError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="logit-readout", prog_name="readout", message="%(prog)s (logit-readout) %(version)s")
 def cli():
     """logit-readout: read the probability a model puts on answer letters, across frames."""
 
@@ -202,7 +203,8 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
 @cli.command("compare")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "-o", required=True, help="output folder")
-@click.option("--role", "roles", multiple=True, help="RUN_DIR=role, e.g. runs/x=sft (checkpoint sweep, base/instruct)")
+@click.option("--role", "roles", multiple=True, help="RUN_DIR=lineage:stage, e.g. runs/x=olmo-3-7b:sft (stage: base, sft, "
+              "dpo, final or rl-<step>); overrides the lineage and stage the run's manifest records")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--n-boot", default=10_000, show_default=True, type=int)
 def compare_cmd(run_dirs, out, roles, seed, n_boot):
@@ -211,9 +213,9 @@ def compare_cmd(run_dirs, out, roles, seed, n_boot):
 
     role_map = {}
     for item in roles:
-        if "=" not in item:
-            raise ReadoutError(f"--role: '{item}' must look like RUN_DIR=role")
-        k, v = item.split("=", 1)
+        k, _, v = item.partition("=")
+        if not k or ":" not in v or not all(v.partition(":")[::2]):
+            raise ReadoutError(f"--role: '{item}' must look like RUN_DIR=lineage:stage, e.g. runs/x=olmo-3-7b:sft")
         role_map[k] = v
     for line in compare_runs(list(run_dirs), out, seed=seed, n_boot=n_boot, roles=role_map or None):
         click.echo(line)

@@ -32,6 +32,39 @@ def _versions() -> dict:
             "logit-readout": own}
 
 
+def _version_of(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def environment() -> dict:
+    """Where the run ran (not part of a run's identity): threads, GPUs, CUDA and driver, and the versions of the
+    libraries that shape tokenization, loading and quantization."""
+    import torch
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "gpus": gpus,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "nvidia_driver": _nvidia_driver() if gpus else None,
+        "packages": {p: _version_of(p) for p in ("tokenizers", "accelerate", "bitsandbytes", "safetensors", "peft", "numpy")},
+    }
+
+
 def model_manifest(lm, letters) -> dict:
     """The model, its template facts, the tokens read (`letters.as_manifest()`), versions, commit, command."""
     facts = lm.facts
@@ -43,6 +76,7 @@ def model_manifest(lm, letters) -> dict:
                      "tokenizer_adds_bos": facts.tokenizer_adds_bos},
         "letters": letters.as_manifest(),
         "versions": _versions(),
+        "environment": environment(),
         "git_commit": _git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join(sys.argv),

@@ -87,6 +87,15 @@ def _run_order(record, frame: str, index: int, seed: int, profile_name: str, whe
     return orders[spec.frames.index(frame)]
 
 
+def quartile_line(values) -> str:
+    """min, quartiles and max of `values`; quartiles interpolated inside the data's range (the inclusive
+    method: on a small panel the exclusive one reports a q1 below the minimum or a q3 above the maximum)."""
+    if len(values) < 2:
+        return f"{values[0]:.3g} (one scenario)" if values else "no scenarios"
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return f"min {min(values):.3g}, q1 {q[0]:.3g}, median {q[1]:.3g}, q3 {q[2]:.3g}, max {max(values):.3g}"
+
+
 def stats(panel_name: str) -> str:
     """Counts by family and domain and length distributions; for gap panels also writers and briefs per
     family, the cue-word lint and the review's state."""
@@ -114,7 +123,6 @@ def stats(panel_name: str) -> str:
         ("pressure words", [len(r.pressure.split()) for r in panel.records]),
         ("filler / pressure words", [len(r.filler.split()) / len(r.pressure.split()) for r in panel.records]),
     ]:
-        q = statistics.quantiles(values, n=4)
-        lines.append(f"{label}: min {min(values):.3g}, q1 {q[0]:.3g}, median {q[1]:.3g}, q3 {q[2]:.3g}, max {max(values):.3g}")
+        lines.append(f"{label}: " + quartile_line(values))
     lines += [*report_lines(panel.records), review_summary(panel)]
     return "\n".join(lines)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.errors import LetterTokenError, ProbeInputError, RenderError
 from engine.render import encode_prompt
 from engine.scoring import score_ids
+from readouts.atomic import atomic_write_bytes
 from readouts.driver import ModelOptions
+from readouts.manifest import model_manifest
 from readouts.probes_io import read_probes, write_jsonl_atomic
 
 
@@ -54,4 +59,25 @@ def run_score(cfg: ScoreConfig) -> int:
         progress=cfg.progress,
     )
     write_jsonl_atomic(cfg.out, ({"id": rec.id, **res.as_dict()} for rec, res in zip(records, results)))
+    atomic_write_bytes(manifest_path(cfg.out), json.dumps(score_manifest(cfg, lm, letters), indent=2, default=str).encode())
     return len(records)
+
+
+def manifest_path(out: str) -> Path:
+    """Where `readout score` records how its output was made: beside it, `<out>.manifest.json`."""
+    return Path(f"{out}.manifest.json")
+
+
+def score_manifest(cfg: ScoreConfig, lm, letters) -> dict:
+    """The model and its facts, the settings, the probe file's hash and every letter set read."""
+    sets = {lt.letters: lt for lt in letters}
+    return {
+        **{k: v for k, v in model_manifest(lm, next(iter(sets.values()))).items() if k != "letters"},
+        "kind": "score",
+        "letters": {"".join(k): lt.as_manifest() for k, lt in sets.items()},
+        "probes": {"path": str(cfg.probes), "sha256": hashlib.sha256(Path(cfg.probes).read_bytes()).hexdigest(),
+                   "records": len(letters)},
+        "settings": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_batch": cfg.max_batch,
+                     "prefix_reuse": cfg.prefix_reuse, "plain": cfg.plain, "token_budget": cfg.model.token_budget},
+        "output": str(cfg.out),
+    }
