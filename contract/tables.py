@@ -90,8 +90,13 @@ NSI_REPLIES = Table("nsi_replies", _cols(
     "parse_stage:int? parse_error:str? decision:str? confidence:float? adherence_to_laws:float? "
     "adherence_to_social_ethics:float? objective_positive_consequences:float? objective_negative_consequences:float? "
     "reasoning:str? endorse:int?"))
+NSI_TEMPERED = ("mass_agree_tempered", "mass_disagree_tempered", "p_agree_tempered", "p_endorse_tempered",
+                "tempered_temperature", "tempered_top_p")
+"""The continuous readout at the sampling settings (added after the first runs: an older nsi_continuous.parquet
+lacks them, and its readers treat them as missing)."""
 NSI_CONTINUOUS = Table("nsi_continuous", _cols(
-    f"{_POLARITY} mass_agree:float mass_disagree:float p_agree:float p_endorse:float prompt_tokens:int"))
+    f"{_POLARITY} mass_agree:float mass_disagree:float p_agree:float p_endorse:float prompt_tokens:int "
+    + " ".join(f"{c}:float" for c in NSI_TEMPERED)))
 
 TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS)}
 

@@ -1,7 +1,8 @@
 """`readout nsi`: the negation-sensitivity audit on local weights. For each dilemma and framing F0-F3:
 sampled replies to the JSON-schema prompt (plus one greedy reply), each parsed by the paper's four-stage
 parser and kept as a row whether or not it parsed; and a sample-free continuous readout, the exact
-probability of "agree" against "disagree" at the decision field.
+probability of "agree" against "disagree" at the decision field, read at T = 1 (full softmax) and at the
+profile's sampling settings (temperature and top-p, 0.7 / 0.95 for `paper`: the `*_tempered` columns).
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def decision_words(tokenizer) -> LetterTokens:
             raise ReadoutError(f"--model: no token of two or more characters starts {w!r} in this vocabulary")
     return LetterTokens(letters=words.letters, token_ids=tuple(tuple(i for i, _ in k) for k in kept),
                         decoded=tuple(tuple(t for _, t in k) for k in kept))
+
+
+def _share(agree: float, disagree: float) -> float:
+    """P(agree) against disagree, NaN when neither word has mass."""
+    return agree / (agree + disagree) if agree + disagree > 0 else float("nan")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,14 +125,22 @@ class NsiRunner:
         self._count("replies", len(replies), t0)
         t0 = time.perf_counter()
         reads = [ids + self.prefix_ids for ids in prompts]
-        masses = score_ids(self.lm.model, reads, [self.words] * len(reads), pad_id=self.lm.pad_id)
+        # One read gives both settings: `mass` is the full softmax at T = 1, `tempered` the probability of
+        # sampling the token at the profile's temperature after its top-p cut (the replies' settings).
+        temperature, top_p = self.profile.temperature, self.profile.top_p
+        masses = score_ids(self.lm.model, reads, [self.words] * len(reads), pad_id=self.lm.pad_id,
+                           temperature=temperature, top_p=top_p)
         continuous = []
         for (d, f, p), res in zip(cells, masses):
             agree, disagree = res.mass
-            p_agree = agree / (agree + disagree) if agree + disagree > 0 else float("nan")
+            t_agree, t_disagree = res.tempered
+            p_agree, p_tempered = _share(agree, disagree), _share(t_agree, t_disagree)
             continuous.append(dict(model=self.model_name, dilemma_id=d.id, domain=d.domain, framing=f, negated=p.negated,
                                    mass_agree=agree, mass_disagree=disagree, p_agree=p_agree,
-                                   p_endorse=1 - p_agree if p.negated else p_agree, prompt_tokens=res.n_tokens))
+                                   p_endorse=1 - p_agree if p.negated else p_agree, prompt_tokens=res.n_tokens,
+                                   mass_agree_tempered=t_agree, mass_disagree_tempered=t_disagree,
+                                   p_agree_tempered=p_tempered, p_endorse_tempered=1 - p_tempered if p.negated else p_tempered,
+                                   tempered_temperature=temperature, tempered_top_p=top_p))
         self._count("continuous", len(continuous), t0)
         return replies, continuous
 
@@ -165,6 +179,9 @@ class NsiStudy:
         self.words = decision_words(lm.tokenizer)
         self.profile = profile
         return {"letters": self.words, "readouts": ["replies", "continuous"], "decision_prefix": DECISION_PREFIX,
+                "continuous_settings": [{"temperature": 1.0, "top_p": 1.0, "columns": "p_agree"},
+                                        {"temperature": profile.temperature, "top_p": profile.top_p,
+                                         "columns": "p_agree_tempered"}],
                 "sample": True}
 
     def check_lengths(self, lm, records, profile) -> None:

@@ -27,12 +27,18 @@ def nullable(dtype: str) -> bool:
     return dtype.endswith("?") or dtype == "float"
 
 
-def conform(df: pd.DataFrame, table: Table, where, error: type[StatsInputError] = TableSchemaError) -> pd.DataFrame:
-    """`df` restricted to `table`'s columns, checked for missing columns and nulls, cast to the declared dtypes."""
-    for name in table.names:
-        if name not in df.columns:
+def conform(df: pd.DataFrame, table: Table, where, error: type[StatsInputError] = TableSchemaError,
+            optional: tuple[str, ...] = ()) -> pd.DataFrame:
+    """`df` restricted to `table`'s columns, checked for missing columns and nulls, cast to the declared dtypes.
+
+    `optional`: declared nullable columns that older writers did not write; missing ones are added as nulls
+    (the caller says so) instead of refused. `df.attrs["absent"]` lists them."""
+    absent = [name for name in table.names if name not in df.columns]
+    for name in absent:
+        if name not in optional:
             raise error(f"{where}: column {name}: missing (declared in contract.tables)")
-    df = df[list(table.names)].copy()
+    df = df.reindex(columns=list(table.names))
+    df.attrs["absent"] = absent
     for col in table.columns:
         if not nullable(col.dtype) and df[col.name].isna().any():
             raise error(f"{where}: column {col.name}: {int(df[col.name].isna().sum())} null values")
@@ -44,10 +50,10 @@ def conform(df: pd.DataFrame, table: Table, where, error: type[StatsInputError] 
 
 
 def read_table(path: str | Path, table: Table, *, error: type[StatsInputError] = TableSchemaError,
-               file_error: type[StatsInputError] = RunDirError) -> pd.DataFrame:
+               file_error: type[StatsInputError] = RunDirError, optional: tuple[str, ...] = ()) -> pd.DataFrame:
     """Read `path` (a parquet file holding contract table `table`) and `conform` it.
 
-    A missing or unreadable file raises `file_error`; a missing column, a null in a non-null column or a
+    A missing or unreadable file raises `file_error`; a missing column (not in `optional`), a null in a non-null column or a
     value of the wrong kind raises `error`. Every message is one line naming the file (and the column).
     """
     path = Path(path)
@@ -58,4 +64,4 @@ def read_table(path: str | Path, table: Table, *, error: type[StatsInputError] =
         df = pq.read_table(path, columns=[c for c in table.names if c in present]).to_pandas()
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise file_error(f"{path}: not a readable parquet table ({_first_line(exc)})") from None
-    return conform(df, table, path, error)
+    return conform(df, table, path, error, optional)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from stats.nsi.cells import COMPLIANCE, Cells, build_cells, sampled, subset_models, usable_dilemmas
-from stats.nsi.continuous import continuous_domain_table, continuous_points, continuous_table
+from stats.nsi.continuous import TEMPERED, continuous_domain_table, continuous_points, continuous_table
 from stats.nsi.endorsement import (
     acquiescence_table,
     agreement_table,
@@ -126,9 +126,30 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
             binary = f"binary {r.nsi_binary:.3f}" if np.isfinite(r.nsi_binary) else "binary undefined"
             headlines.append(f"{r.model}: continuous NSI {r.nsi_continuous:.3f} [{r.ci_low:.2f}, {r.ci_high:.2f}] "
                              f"vs {binary}; continuous p0+p1-1 {r.acquiescence_continuous:+.2f}")
+        headlines += _tempered(t, cont, cells, models_tab, seed, n_boot)
         points = continuous_points(cont, cells)
     return NsiAnalysis(tuple(t), tuple(headlines), acq, md, models_tab,
                        cont_dom if cont_dom is not None and len(cont_dom) else None, points)
+
+
+def _tempered(t: list[NsiTable], cont: pd.DataFrame, cells: Cells, models_tab, seed: int, n_boot: int) -> list[str]:
+    """The continuous NSI at the runs' sampling settings (table nsi_continuous_tempered) and its headlines,
+    with a note naming the runs written before that reading (reported at T = 1 only)."""
+    tab = continuous_table(cont, cells, models_tab, seed, n_boot, suffix=TEMPERED)
+    t.append(NsiTable("nsi_continuous_tempered", "NSI on the continuous readout at the sampling settings "
+                                                 "(p_endorse_tempered; this project's extension; untiered)", tab))
+    lines = [f"{r.model}: continuous NSI at T {r.temperature:g}, top-p {r.top_p:g}: {r.nsi_continuous:.3f} "
+             f"[{r.ci_low:.2f}, {r.ci_high:.2f}]; p0+p1-1 {r.acquiescence_continuous:+.2f}" for r in tab.itertuples(index=False)]
+    old = cont.attrs.get("no_tempered", [])
+    if old:
+        lines.append(f"note: {len(old)} run(s) predate the continuous reading at the sampling settings (no "
+                     "p_agree_tempered column): continuous NSI at T = 1 only for " + ", ".join(old))
+    undefined = cont.attrs.get("undefined_tempered", [])
+    if undefined:
+        lines.append(f"{len(undefined)} continuous reads have neither word in the top-p nucleus (p_agree_tempered "
+                     "undefined), left out at the sampling settings: " + ", ".join(undefined[:10])
+                     + (" ..." if len(undefined) > 10 else ""))
+    return lines
 
 
 def _compliance(t: list[NsiTable], cells: Cells) -> tuple[set, str]:

@@ -84,16 +84,18 @@ def greedy(replies: pd.DataFrame) -> pd.DataFrame:
     return replies[replies["temperature"] == 0]
 
 
-def continuous_arrays(cont: pd.DataFrame, cells: Cells) -> tuple[np.ndarray, np.ndarray]:
-    """p_endorse and p_agree as (M, S, 4) arrays aligned with ``cells`` (NaN where absent)."""
+def continuous_arrays(cont: pd.DataFrame, cells: Cells, suffix: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """p_endorse and p_agree as (M, S, 4) arrays aligned with ``cells`` (NaN where absent); ``suffix``
+    "_tempered" reads them at the sampling settings (NaN where the run has no such reading)."""
     shape = (len(cells.models), len(cells.dilemmas), len(FRAMINGS))
     pe, pa = np.full(shape, np.nan), np.full(shape, np.nan)
     mi = {m: i for i, m in enumerate(cells.models)}
     si = {s: i for i, s in enumerate(cells.dilemmas)}
-    for row in cont.itertuples(index=False):
-        if row.model in mi and row.dilemma_id in si:
-            idx = (mi[row.model], si[row.dilemma_id], FRAMINGS.index(row.framing))
-            pe[idx], pa[idx] = row.p_endorse, row.p_agree
+    cols = ["model", "dilemma_id", "framing", f"p_endorse{suffix}", f"p_agree{suffix}"]
+    for model, dil, framing, e, a in cont[cols].itertuples(index=False):
+        if model in mi and dil in si:
+            idx = (mi[model], si[dil], FRAMINGS.index(framing))
+            pe[idx], pa[idx] = e, a
     return pe, pa
 
 

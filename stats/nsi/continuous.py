@@ -4,6 +4,10 @@ decision field (no sampling, hence no null correction). NSI per model (mean over
 per-dilemma NSI, since there are no reply counts to pool) with cluster CIs beside the binary NSI, NSI per
 model x domain, and the continuous p0, p1 of the acquiescence figure. Not tiered: Tables 6-7's bands were
 set on sampled binary NSI, and a probability's NSI is on another scale.
+
+Read at two settings: T = 1 (the full softmax, ``p_endorse``) and the run's sampling settings (T 0.7, top-p
+0.95 under the paper profile, ``p_endorse_tempered``: the probability that a sampled first token starts the
+word, normalized over the two words). Runs written before the second reading are reported at T = 1 only.
 """
 
 from __future__ import annotations
@@ -17,10 +21,17 @@ from stats.core.seeding import ENTROPY, rng_for
 from stats.nsi.cells import PAIR_IDX, Cells, continuous_arrays
 from stats.nsi.measures import nsi_array
 
+TEMPERED = "_tempered"
+"""The column suffix of the reading at the sampling settings (contract.tables.NSI_TEMPERED)."""
 
-def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame, seed: int, n_boot: int) -> pd.DataFrame:
-    """Per model: NSI on p_endorse (all four, F0/F1) with cluster CIs, next to the binary NSI (untiered)."""
-    pe, pa = continuous_arrays(cont, cells)
+
+def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame, seed: int, n_boot: int,
+                     suffix: str = "") -> pd.DataFrame:
+    """Per model: NSI on p_endorse (all four, F0/F1) with cluster CIs, next to the binary NSI (untiered).
+
+    ``suffix`` "_tempered": the same on p_endorse_tempered, the reading at the run's sampling settings (their
+    temperature and top-p as columns); models whose run has no such reading are left out."""
+    pe, pa = continuous_arrays(cont, cells, suffix)
     binary = models_tab.set_index("model")
     rows = []
     for m_i, model in enumerate(cells.models):
@@ -28,7 +39,7 @@ def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame,
         if not np.isfinite(per4).any():
             continue
         per2 = nsi_array(pe[m_i][:, PAIR_IDX])
-        lo, hi = cluster_ci(per4, rng_for(seed, "boot", model, "continuous", mix=ENTROPY), n_boot)
+        lo, hi = cluster_ci(per4, rng_for(seed, "boot", model, "continuous" + suffix, mix=ENTROPY), n_boot)
         p0s, p1s = (pa[m_i, :, i] for i in PAIR_IDX)
         both = np.isfinite(p0s) & np.isfinite(p1s)
         b4 = nsi_array(cells.rates[m_i])
@@ -41,8 +52,15 @@ def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame,
             "nsi_binary": float(binary.loc[model, "nsi"]) if model in binary.index else np.nan,
             "spearman_per_dilemma": float(rho),
             "n_dilemmas": int(np.isfinite(per4).sum()),
+            **(_settings(cont, model) if suffix else {}),
         })
     return pd.DataFrame(rows)
+
+
+def _settings(cont: pd.DataFrame, model: str) -> dict:
+    """The temperature and top-p of a model's tempered reading (one setting per model: a run has one profile)."""
+    mine = cont[cont["model"] == model]
+    return {"temperature": float(mine["tempered_temperature"].iloc[0]), "top_p": float(mine["tempered_top_p"].iloc[0])}
 
 
 def continuous_domain_table(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:

@@ -99,9 +99,14 @@ def _continuous_row(rng: np.random.Generator, model: str, dil: str, dom: str, f:
     pe = float(np.clip(p + rng.normal(0.0, noise), 1e-3, 1 - 1e-3))
     pa = 1.0 - pe if neg else pe
     total = float(rng.uniform(0.6, 0.95))
+    # At T 0.7 the two words' odds sharpen by the power 1 / 0.7 (top-p leaves both in the nucleus here).
+    odds = (pa / (1.0 - pa)) ** (1 / 0.7)
+    pt = odds / (1.0 + odds)
     return {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg,
             "mass_agree": pa * total, "mass_disagree": (1.0 - pa) * total, "p_agree": pa,
-            "p_endorse": 1.0 - pa if neg else pa, "prompt_tokens": int(rng.integers(250, 420))}
+            "p_endorse": 1.0 - pa if neg else pa, "prompt_tokens": int(rng.integers(250, 420)),
+            "mass_agree_tempered": pt * total, "mass_disagree_tempered": (1.0 - pt) * total, "p_agree_tempered": pt,
+            "p_endorse_tempered": 1.0 - pt if neg else pt, "tempered_temperature": 0.7, "tempered_top_p": 0.95}
 
 
 def synthetic_tables(model: str, rates: np.ndarray, *, n_samples: int = 30, temperature: float = 0.7,

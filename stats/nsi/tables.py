@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from contract import FRAMINGS, NEGATED
-from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
+from contract.tables import NSI_CONTINUOUS, NSI_REPLIES, NSI_TEMPERED
 from stats.core.errors import NSITableError
 from stats.core.manifest import read_run_manifest
 from stats.core.tables import read_table
@@ -88,26 +88,49 @@ def read_continuous(run_dir: str | Path) -> pd.DataFrame | None:
     path = Path(run_dir) / NSI_CONTINUOUS.file
     if not path.is_file():
         return None
-    df = _read(path, NSI_CONTINUOUS)
+    df = read_table(path, NSI_CONTINUOUS, error=NSITableError, file_error=NSITableError, optional=NSI_TEMPERED)
+    absent = [c for c in NSI_TEMPERED if c in df.attrs.get("absent", ())]
+    if absent and len(absent) != len(NSI_TEMPERED):
+        _fail(path, absent[0], "missing while other columns of the tempered reading are present")
     _check_common(df, path)
     # No mass on either word (agree + disagree = 0) leaves p_agree undefined: such rows are set aside and
     # counted (df.attrs["undefined"]), not refused; any other non-finite value is an error.
     undefined = ~np.isfinite(df["p_agree"]) & (df["mass_agree"] + df["mass_disagree"] == 0)
     df.attrs["undefined"] = [f"{r.model} {r.dilemma_id} {r.framing}" for r in df[undefined].itertuples()]
     df = df[~undefined].copy()
-    for col in ("mass_agree", "mass_disagree", "p_agree", "p_endorse"):
-        v = df[col]
-        if v.isna().any() or not np.isfinite(v).all():
-            _fail(path, col, "null or non-finite values")
-        if ((v < 0) | (v > 1)).any():
-            _fail(path, col, "values outside [0, 1]")
-    expected = np.where(df["negated"], 1.0 - df["p_agree"], df["p_agree"])
-    if not np.allclose(df["p_endorse"], expected, atol=1e-6):
-        _fail(path, "p_endorse", "is not p_agree (or 1 - p_agree on negated framings)")
+    _check_reading(df, path, "")
+    if absent:
+        # A run written before the tempered reading: its columns stay NaN, and the caller says so.
+        df.attrs["no_tempered"] = [str(path)]
+    else:
+        df.attrs["undefined_tempered"] = _check_reading(df, path, "_tempered")
+        for col in ("tempered_temperature", "tempered_top_p"):
+            if not np.isfinite(df[col]).all() or (df[col] <= 0).any():
+                _fail(path, col, "null, non-finite or non-positive values")
     if df.duplicated(["model", "dilemma_id", "framing"]).any():
         _fail(path, "framing", "more than one row per model x dilemma x framing")
     df["run_dir"] = str(run_dir)
     return df
+
+
+def _check_reading(df: pd.DataFrame, path: Path, suffix: str) -> list[str]:
+    """Check one reading's masses and probabilities (suffix "" at T = 1, "_tempered" at the sampling settings).
+
+    At the sampling settings neither word may be in the top-p nucleus (both masses 0): p_agree_tempered is
+    then NaN and such reads are returned (named), not refused; at T = 1 the caller has set them aside."""
+    masses, p, pe = [f"mass_agree{suffix}", f"mass_disagree{suffix}"], f"p_agree{suffix}", f"p_endorse{suffix}"
+    none = (df[masses[0]] + df[masses[1]] == 0) & ~np.isfinite(df[p]) & ~np.isfinite(df[pe])
+    for col in (*masses, p, pe):
+        v = df.loc[~none, col]
+        if v.isna().any() or not np.isfinite(v).all():
+            _fail(path, col, "null or non-finite values")
+        if ((v < 0) | (v > 1)).any():
+            _fail(path, col, "values outside [0, 1]")
+    kept = df[~none]
+    expected = np.where(kept["negated"], 1.0 - kept[p], kept[p])
+    if not np.allclose(kept[pe], expected, atol=1e-6):
+        _fail(path, pe, f"is not {p} (or 1 - {p} on negated framings)")
+    return [f"{r.model} {r.dilemma_id} {r.framing}" for r in df[none].itertuples()]
 
 
 def load_runs(run_dirs) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -133,7 +156,8 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     if not cont:
         return rep, None
     merged = pd.concat(cont, ignore_index=True)
-    merged.attrs["undefined"] = [u for c in cont for u in c.attrs.get("undefined", [])]
+    for key in ("undefined", "undefined_tempered", "no_tempered"):
+        merged.attrs[key] = [u for c in cont for u in c.attrs.get(key, [])]
     return rep, merged
 
 

@@ -1,6 +1,9 @@
 """`readout nsi` on tiny models: every reply kept as a row with its parse outcome, the continuous
 P(agree) equal to the plain forward pass on the rendered prefix, resume and manifest as for the gap study."""
 
+import json
+
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -8,6 +11,7 @@ import torch
 from engine.errors import ReadoutError
 from engine.letters import word_start_tokens
 from engine.render import Prompt, encode_prompt
+from engine.sampling import tempered_distribution
 from engine.scoring import plain_next_token_logits
 from panels.frames import render_polarity
 from panels.schema import load_panel
@@ -57,16 +61,35 @@ def test_continuous_readout_equals_plain_forward(tmp_path):
     lm = get_model("tiny-llama3")
     tok = lm.tokenizer
     words = decision_words(tok)
+    checked = []
     for d in load_panel("nsi-14").records[:3]:
         for framing in ("F0", "F3"):
             ids = encode_prompt(tok, Prompt(messages=render_polarity(d, framing).messages))
             ids += tok.encode(DECISION_PREFIX, add_special_tokens=False)
-            probs = plain_next_token_logits(lm.model, ids).softmax(-1)
+            logits = plain_next_token_logits(lm.model, ids)
+            probs = logits.softmax(-1)
             agree = float(probs[list(words.token_ids[0])].sum())
             disagree = float(probs[list(words.token_ids[1])].sum())
             row = cont.loc[(d.id, framing)]
             assert row.mass_agree == pytest.approx(agree, abs=1e-5)
             assert row.p_agree == pytest.approx(agree / (agree + disagree), abs=1e-5)
+            # The same read at the profile's sampling settings (T 0.7 after the top-p 0.95 cut).
+            assert (row.tempered_temperature, row.tempered_top_p) == (0.7, 0.95)
+            tempered = tempered_distribution(logits[None].float(), 0.7, 0.95)[0]
+            t_agree = float(tempered[list(words.token_ids[0])].sum())
+            t_disagree = float(tempered[list(words.token_ids[1])].sum())
+            assert row.mass_agree_tempered == pytest.approx(t_agree, abs=1e-5)
+            if t_agree + t_disagree > 0:
+                assert row.p_agree_tempered == pytest.approx(t_agree / (t_agree + t_disagree), abs=1e-5)
+                assert row.p_endorse_tempered == pytest.approx(
+                    1 - row.p_agree_tempered if framing == "F3" else row.p_agree_tempered, abs=1e-12)
+            else:
+                assert np.isnan(row.p_agree_tempered)
+            unsharpened = agree / (agree + disagree)
+            checked.append(row.p_agree_tempered != pytest.approx(unsharpened, abs=1e-4))
+    assert any(checked)  # the two settings differ somewhere: the tempered columns are not the T = 1 ones
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["continuous_settings"][1] == {"temperature": 0.7, "top_p": 0.95, "columns": "p_agree_tempered"}
 
 
 def test_word_start_tokens():

@@ -38,8 +38,27 @@ def test_every_error_is_a_stats_input_error():
 
 def _continuous_rows(n=2):
     return [{"model": "m", "dilemma_id": f"d{i}", "domain": "legal", "framing": "F0", "negated": False,
-             "mass_agree": 0.3, "mass_disagree": 0.5, "p_agree": 0.375, "p_endorse": 0.375, "prompt_tokens": 300}
+             "mass_agree": 0.3, "mass_disagree": 0.5, "p_agree": 0.375, "p_endorse": 0.375, "prompt_tokens": 300,
+             "mass_agree_tempered": 0.2, "mass_disagree_tempered": 0.6, "p_agree_tempered": 0.25,
+             "p_endorse_tempered": 0.25, "tempered_temperature": 0.7, "tempered_top_p": 0.95}
             for i in range(n)]
+
+
+def test_optional_columns_of_an_older_writer_load_as_nulls(tmp_path):
+    """A table written before the tempered reading loads with those columns null (listed in attrs["absent"]) when
+    the reader names them optional, and is refused with a one-line error naming file and column otherwise."""
+    old = [c for c in NSI_CONTINUOUS.names if c.endswith("tempered") or c.startswith("tempered_")]
+    assert len(old) == 6
+    path = tmp_path / NSI_CONTINUOUS.file
+    pd.DataFrame(_continuous_rows()).drop(columns=old).to_parquet(path)
+    got = read_table(path, NSI_CONTINUOUS, optional=tuple(old))
+    assert list(got.columns) == list(NSI_CONTINUOUS.names) and got.attrs["absent"] == old
+    assert got[old].isna().all().all() and (got["p_agree"] == 0.375).all()
+    with pytest.raises(errors.TableSchemaError, match=r"nsi_continuous\.parquet: column mass_agree_tempered: missing \(declared"):
+        read_table(path, NSI_CONTINUOUS)
+    pd.DataFrame(_continuous_rows()).drop(columns=["p_agree"]).to_parquet(path)
+    with pytest.raises(errors.TableSchemaError, match="column p_agree: missing"):  # optional only for the named columns
+        read_table(path, NSI_CONTINUOUS, optional=tuple(old))
 
 
 def test_read_table_types_columns_as_declared(tmp_path):
