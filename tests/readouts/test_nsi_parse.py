@@ -91,3 +91,58 @@ def test_degenerate_replies():
     assert (got.ok, got.stage, got.decision) == (True, 2, "disagree")
     got = parse_reply(answer + " }" * 5000)
     assert (got.ok, got.stage) == (True, 3)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Replies that start with the pretty-printed schema the prompt shows (Appendix C.2), taken from the
+# rendered prompt itself so the tests follow the frame text.
+
+def _prompt_schema() -> str:
+    from panels.frames import render_polarity
+    from panels.schema import load_panel
+
+    text = render_polarity(load_panel("nsi-14").records[0], "F1").messages[-1]["content"]
+    start = text.index("Schema (all required):\n") + len("Schema (all required):\n")
+    block = text[start : text.index("\n\n<SCENARIO>")]
+    assert block.startswith('{\n  "decision": "agree" | "disagree",') and block.endswith("}")
+    return block
+
+
+SCHEMA_BLOCK = _prompt_schema()
+
+
+def _answer(decision: str, indent="  ", newline="\n") -> str:
+    """A schema-valid answer laid out like the prompt's schema (one field a line, indented); its reasoning
+    holds a raw line break, as a model writing a paragraph may put there."""
+    obj = {"decision": decision, "confidence": 85, "adherence_to_laws": 30, "adherence_to_social_ethics": 55,
+           "objective_positive_consequences": 70, "objective_negative_consequences": 40,
+           "reasoning": "Saving the patient outweighs the rule.\nThe harm is bounded."}
+    return json.dumps(obj, indent=indent).replace("\\n", "\n").replace("\n", newline)
+
+
+@pytest.mark.parametrize("decision", ["agree", "disagree"])
+@pytest.mark.parametrize("name, build, stage", [
+    ("pretty answer", lambda a: a, 1),
+    ("pretty answer, CRLF and tabs", None, 1),
+    ("json fence around a pretty answer", lambda a: f"```json\n{a}\n```", 1),
+    ("schema echoed, then the answer", lambda a: f"{SCHEMA_BLOCK}\n\n{a}", 2),
+    ("schema echoed with its header, then a fenced answer",
+     lambda a: f"Schema (all required):\n{SCHEMA_BLOCK}\n\nMy answer:\n```json\n{a}\n```\n", 2),
+    ("schema echoed in a fence, then a fenced answer", lambda a: f"```json\n{SCHEMA_BLOCK}\n```\n```json\n{a}\n```", 2),
+    ("answer, then the schema echoed", lambda a: f"{a}\n\nfollowing this schema:\n{SCHEMA_BLOCK}", 3),
+])
+def test_reply_starting_with_the_pretty_printed_schema(decision, name, build, stage):
+    answer = _answer(decision, indent="\t", newline="\r\n") if build is None else build(_answer(decision))
+    got = parse_reply(answer)
+    assert (got.ok, got.stage, got.decision) == (True, stage, decision), (name, got.error)
+    assert (got.confidence, got.objective_negative_consequences) == (85.0, 40.0)
+    assert got.reasoning.startswith("Saving the patient") and got.reasoning.endswith("bounded.")
+
+
+def test_schema_echo_alone_is_a_failure_that_says_why():
+    """The schema block by itself (or with values filled in but the alternatives kept) is not an answer."""
+    for text in (SCHEMA_BLOCK, f"```json\n{SCHEMA_BLOCK}\n```",
+                 SCHEMA_BLOCK.replace('"one concise paragraph"', '"It is fine."').replace("0-100", "50")):
+        got = parse_reply(text)
+        assert not got.ok and got.decision is None
+        assert got.error.startswith("invalid JSON"), got.error
