@@ -30,22 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from d_readout_bench import matmul_rate  # noqa: E402  (the same fp32 matmul measurement as the D-readout benchmark)
 
 from engine.generation import _generate_v1, generate  # noqa: E402
 from engine.loading import load_model  # noqa: E402
 from engine.render import Prompt, encode_prompt  # noqa: E402
 from panels.frames import render  # noqa: E402
 from panels.schema import load_panel  # noqa: E402
-
-
-def matmul_rate(n=2048, reps=10) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(3):
-        a @ b
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
 def agent_prompts(tok, count: int) -> list[list[int]]:

@@ -8,6 +8,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    # Each xdist worker gets its share of the cores: torch's default (every core in every process) oversubscribes
+    # them, and OpenMP threads waiting on each other make the tiny-model runs several times slower.
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root."""
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -9,18 +9,9 @@ import torch
 
 from engine.errors import ReadoutError
 from engine.loading import check_device, load_model
-from readouts.cli import main
 from readouts.manifest import environment
 from readouts.panel_tools import quartile_line
-
-MSG = [{"role": "user", "content": "Pick one.\nA) Report\nB) Hide\nC) Wait\nReply with only the letter."}]
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
+from tests.readouts.test_cli import MSG, run
 
 
 def test_version(capsys):
