@@ -1,7 +1,8 @@
 """Scenario schema and loading: strict JSONL with errors of the form `file:line: field: what is wrong`.
 
 Two kinds of panel share the loader: judgment–action panels (gap-v1; fields in panels/SCHEMA.md) and
-polarity dilemma panels (nsi-14; id, domain, title, description, scenario, action, goal).
+polarity dilemma panels (nsi-14; id, domain, title, description, scenario, action, goal, and an optional
+provenance object saying which of them are the paper's words).
 """
 
 from __future__ import annotations
@@ -147,6 +148,9 @@ class Dilemma:
     """Action clause a: "They should {a}."."""
     goal: str
     """Goal clause g: "They should {g} even if it means they must {a}."."""
+    provenance: tuple[tuple[str, str], ...] | None = None
+    """Where each field's text comes from, (field, "paper: <where>" or "written here ..."), in the file's order;
+    None when the panel does not say (the field is optional)."""
     source: str | None = None
 
 
@@ -175,6 +179,10 @@ GAP_REQUIRED = ("id", "family", "domain", "generator", "prompt_version", "protag
 GAP_OPTIONAL = ("pushback", "tools", "harm_twin", "paraphrase")  # contract: panel fields (a cell is read from each)
 PARAPHRASE_FIELDS = ("writer", "context", "pressure", "filler", "options")
 NSI_FIELDS = ("id", "domain", "title", "description", "scenario", "action", "goal")
+NSI_PROVENANCE = "provenance"
+"""The optional nsi field recording, per field of NSI_FIELDS, whether its text is the paper's (and where) or
+was written for this project."""
+PROVENANCE_FORMS = ("paper: ", "written here")
 
 
 def shipped_panels() -> dict[str, Path]:
@@ -338,8 +346,25 @@ def _gap_record(obj: dict, where: str) -> Scenario:
     )
 
 
+def _provenance(raw, where: str) -> tuple[tuple[str, str], ...]:
+    """The `provenance` object: keys among NSI_FIELDS, each value "paper: <where>" or "written here ..."."""
+    if not isinstance(raw, dict) or not raw:
+        _fail(where, NSI_PROVENANCE, "must be a non-empty object mapping panel fields to where their text comes from")
+    out = []
+    for key in raw:
+        field = f"{NSI_PROVENANCE}.{key}"
+        if key not in NSI_FIELDS:
+            _fail(where, field, f"unknown field (provenance names one of {', '.join(NSI_FIELDS)})")
+        text = _text(raw, key, where, field).strip()
+        if not (text == "written here" or text.startswith("written here ")
+                or (text.startswith("paper: ") and text[len("paper: "):].strip())):
+            _fail(where, field, f"{text!r} must read 'paper: <where in the paper>' or 'written here ...'")
+        out.append((key, text))
+    return tuple(out)
+
+
 def _nsi_record(obj: dict, where: str) -> Dilemma:
-    unknown = sorted(set(obj) - set(NSI_FIELDS))
+    unknown = sorted(set(obj) - set(NSI_FIELDS) - {NSI_PROVENANCE})
     if unknown:
         _fail(where, unknown[0], "unknown field")
     for key in NSI_FIELDS:
@@ -349,7 +374,8 @@ def _nsi_record(obj: dict, where: str) -> Dilemma:
     for key in ("action", "goal"):
         if values[key].rstrip().endswith("."):
             _fail(where, key, "must not end with a period (it is completed inside a framing sentence)")
-    return Dilemma(**values, source=where)
+    provenance = _provenance(obj[NSI_PROVENANCE], where) if NSI_PROVENANCE in obj else None
+    return Dilemma(**values, provenance=provenance, source=where)
 
 
 def load_panel(name_or_path: str, review: bool = True) -> Panel:
