@@ -23,7 +23,7 @@ from stats.nsi.endorsement import (
     parse_table,
 )
 from stats.nsi.measures import DEFAULT_NULL, NULL_MODES
-from stats.nsi.rankings import domain_table, model_domain_table, model_table, scenario_table, temperature_table
+from stats.nsi.rankings import bonferroni_over, domain_table, model_domain_table, model_table, scenario_table, temperature_table
 from stats.nsi.significance import ALPHA_FDR, cochran_table, group_tests_table, scale_table
 from stats.nsi.tiers import TABLE6
 
@@ -85,7 +85,7 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
     headlines.append(line)
     groups = {m: g for m, g in groups.items() if m in compliant} if groups else groups
     models_tab, acq, md = _rates_and_nsi(t, cells, groups, seed, n_null, n_boot, replies, null_mode, compliant)
-    headlines.append(_cochran(t, cells, groups, seed, n_null, samp))
+    headlines.append(_cochran(t, cells, groups, seed, n_null, samp[samp["model"].isin(compliant)]))
     headlines += _model_headlines(models_tab, acq)
     if groups:
         tests = group_tests_table(models_tab, groups)
@@ -159,10 +159,12 @@ def _compliance(t: list[NsiTable], cells: Cells) -> tuple[set, str]:
     tab = pd.DataFrame({"model": cells.models, "usable_dilemmas": usable, "n_dilemmas": len(cells.dilemmas),
                         "usable_share": share, "compliant": share >= COMPLIANCE})
     t.append(NsiTable("nsi_compliance", f"Usable dilemmas per model (a parsed reply under every framing); models below "
-                                        f"{COMPLIANCE:.0%} are left out of the group statistics (sec. 3.3)", tab))
+                                        f"{COMPLIANCE:.0%} are left out of the analysis (sec. 3.3): listed, flagged, but "
+                                        "outside every family and cross-model statistic", tab))
     out = tab.loc[~tab["compliant"], "model"].tolist()
     line = (f"compliance: {len(tab) - len(out)} of {len(tab)} model(s) have >= {COMPLIANCE:.0%} usable dilemmas"
-            + (f"; left out of group tables, group tests, agreement and Table 3: {', '.join(out)}" if out else ""))
+            + (f"; left out of the Bonferroni and BH families, group tables, group tests, agreement, Table 3 and the "
+               f"scale correlation (still listed, flagged): {', '.join(out)}" if out else ""))
     return set(tab.loc[tab["compliant"], "model"]), line
 
 
@@ -171,8 +173,9 @@ def _rates_and_nsi(t: list[NsiTable], cells: Cells, groups, seed, n_null, n_boot
     t.append(NsiTable("nsi_parse", "Parse outcomes (Appendix C.4 stages)", parse_table(replies)))
     models_tab = model_table(cells, groups, seed, n_null, n_boot, null_mode)
     models_tab.insert(models_tab.columns.get_loc("model") + 1, "compliant", models_tab["model"].isin(compliant))
+    models_tab = bonferroni_over(models_tab, models_tab["compliant"].to_numpy())
     t.append(NsiTable("nsi_models", f"Model rankings by NSI (Table 4; null: {null_mode}; CI = scenario-cluster bootstrap "
-                                    "of the observed NSI; p Bonferroni over models; tier of the observed NSI, Table 6)",
+                                    "of the observed NSI; p Bonferroni over the compliant models; tier of the observed NSI, Table 6)",
                       models_tab))
     t.append(NsiTable("nsi_endorsement", "Endorsement rate by framing (binary proxy, pooled over the model's replies)",
                       endorsement_table(cells, groups, seed, n_boot)))

@@ -96,9 +96,19 @@ def model_table(cells: Cells, groups: dict | None, seed: int, n_null: int, n_boo
             "n_dilemmas": int(np.isfinite(per4).sum()), "n_replies": int(n.sum()),
         })
     df = pd.DataFrame(rows).sort_values("nsi", ascending=False, kind="stable").reset_index(drop=True)
-    for col in ("p_null", "p_null_01"):
-        df[f"{col}_bonferroni"] = _bonferroni(df[col].to_numpy(dtype=float))
+    df = bonferroni_over(df, np.ones(len(df), dtype=bool))
     df.insert(0, "rank", np.arange(1, len(df) + 1))
+    return df
+
+
+def bonferroni_over(df: pd.DataFrame, family: np.ndarray) -> pd.DataFrame:
+    """The null tests' p values Bonferroni-adjusted over the models in `family` (sec. 4.4: "across the 16 tests",
+    the models kept by the 80% compliance rule); a model outside the family gets NaN."""
+    df = df.copy()
+    for col in ("p_null", "p_null_01"):
+        adjusted = np.full(len(df), np.nan)
+        adjusted[family] = _bonferroni(df[col].to_numpy(dtype=float)[family])
+        df[f"{col}_bonferroni"] = adjusted
     return df
 
 

@@ -2,7 +2,7 @@
 
 ``tier`` is the band of the point estimate: sec. 5.2 places models by their observed NSI ("the four small
 open-weight models in our sample and one US commercial model (Claude-Haiku-4.5, observed NSI 0.71) fall in
-the highest-concern band (C)"; on Table 4 that is 5 models in C, 8 in B, 3 in A). ``tier_conservative`` is
+the highest-concern band (C)"; on Table 4 that is 5 models in C, 9 in B, 2 in A). ``tier_conservative`` is
 the band of the CI's upper end, a labelled conservative column for the paper's caveat that "band membership
 should be assigned on confidence intervals rather than point estimates"; ``tier_range`` the bands the CI
 spans. Model level uses Table 6; model x domain uses Table 7 (domains not in Table 7 use Table 6). The bands

@@ -7,7 +7,7 @@ import pandas as pd
 from stats.nsi import run_nsi_stats, write_count_run
 
 
-def test_model_below_80_percent_usable_is_left_out_of_group_statistics(tmp_path):
+def test_model_below_80_percent_usable_is_left_out_of_the_analysis(tmp_path):
     rng = np.random.default_rng(0)
     dirs = []
     for i, m in enumerate(["a", "b", "c", "d"]):
@@ -29,6 +29,11 @@ def test_model_below_80_percent_usable_is_left_out_of_group_statistics(tmp_path)
     assert pd.read_csv(tmp_path / "out" / "nsi_agreement.csv")["n_pairs"].eq(3).all()
     models = pd.read_csv(tmp_path / "out" / "nsi_models.csv").set_index("model")
     assert not models.loc["d", "compliant"] and np.isfinite(models.loc["d", "nsi"])  # still reported, flagged
+    # ... but outside the families: Bonferroni over the 3 compliant models, BH over their pairs only.
+    assert np.isnan(models.loc["d", "p_null_bonferroni"])
+    kept = models.loc[["a", "b", "c"]]
+    assert np.allclose(kept["p_null_bonferroni"], np.minimum(1.0, 3 * kept["p_null"]))
+    assert "d" not in set(pd.read_csv(tmp_path / "out" / "nsi_cochran.csv")["model"])
 
 
 def test_cochran_share_divides_by_the_tested_family(tmp_path):
