@@ -9,7 +9,6 @@ import math
 from collections import Counter
 
 import numpy as np
-from scipy.stats import poisson_binom
 
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from readouts.gap.profile import cells_read
@@ -60,7 +59,7 @@ def _first_token_row(spec: ReadoutSpec, items, sample: bool) -> dict:
             q = np.array(q)
         q = q[~np.isnan(q)]
         frac = float(q.mean()) if len(q) else math.nan
-        majority = float(poisson_binom(q).sf(len(q) // 2)) if len(q) else math.nan
+        majority = float(_poisson_binom(q).sf(len(q) // 2)) if len(q) else math.nan
     return dict(budget=None, p_violating=float(np.nanmean(p)) if len(p) else math.nan, violating_fraction=frac,
                 majority_violating_prob=majority, letter_mass=float(np.mean([row["letter_mass"] for row in items])),
                 judged_option=None, stability=None, violating_judged_frames=None,
@@ -111,3 +110,11 @@ def _aggregate_row(spec: ReadoutSpec, s, frame_rows, base, cell) -> dict:
                 violating_judged_frames=sum(j == s.violating for j in judged),
                 n_orders=len(frame_rows), n_rollouts=n_roll,
                 completed_fraction=float(np.mean([r["completed_fraction"] for r in frame_rows])))
+
+
+def _poisson_binom(q):
+    """scipy's Poisson-binomial, imported when first needed (scipy.stats costs about a second to import, and
+    `readout run --plan` imports this module without aggregating anything)."""
+    from scipy.stats import poisson_binom
+
+    return poisson_binom(q)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from contract.readouts import FIRST_TOKEN
 from engine.planner import plan_prefix_groups, planned_tokens
-from engine.render import encode_prompt
+from engine.render import encode_prompts
 from panels.frames import render
 from readouts.gap.profile import GapProfile, cells_read, rollouts
 from readouts.gap.recipe import ANCHOR_ALLOWANCE, orders_for, prompt_of, stages
@@ -26,41 +26,45 @@ def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int
     of the same lines: a token or two apart at most), and what they share before the options is counted
     once per cell, as the prefix tree runs it (sharing across cells, the template header, is left out)."""
     (frame,) = spec.frames
+    cells, prompts = [], []
     for s in chunk:
         orders = orders_for(s, spec, profile, seed)
         for cell in cells_read(s, profile):
-            first, second = (tuple(encode_prompt(tok, prompt_of(render(s, frame, cell, order)))) for order in (orders * 2)[:2])
-            shared = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
-            shared = min(shared, len(first) - 1)
-            st.prompts += len(orders)
-            st.reads += len(orders)
-            st.prompt_tokens += len(first) * len(orders)
-            st.computed_tokens += shared + (len(first) - shared) * len(orders)
+            cells.append(len(orders))
+            prompts += [prompt_of(render(s, frame, cell, order)) for order in (orders * 2)[:2]]
+    ids = encode_prompts(tok, prompts)
+    for n_orders, first, second in zip(cells, ids[0::2], ids[1::2]):
+        shared = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
+        shared = min(shared, len(first) - 1)
+        st.prompts += n_orders
+        st.reads += n_orders
+        st.prompt_tokens += len(first) * n_orders
+        st.computed_tokens += shared + (len(first) - shared) * n_orders
 
 
 def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int) -> None:
     own = [s for s in specs if s.generates]
     n = rollouts(own[0], profile)
-    jobs = []  # (prompt, budget)
+    jobs, prompts = [], []  # (spec name, budget), and the prompt
     for s in chunk:
         orders = orders_for(s, own[0], profile, seed)
         for cell in cells_read(s, profile):
             for sp in own:
                 for k, frame in enumerate(sp.frames):
-                    jobs.append((sp.name, tuple(encode_prompt(tok, prompt_of(render(s, frame, cell, orders[k])))),
-                                 getattr(profile, sp.budget)))
+                    jobs.append((sp.name, getattr(profile, sp.budget)))
+                    prompts.append(prompt_of(render(s, frame, cell, orders[k])))
     if not jobs:
         return
-    seqs = [p for _, p, _ in jobs]
+    seqs = [tuple(ids) for ids in encode_prompts(tok, prompts)]
     st.prompts += len(jobs)
     st.prompt_tokens += sum(map(len, seqs))
     st.computed_tokens += _shared(seqs)
     st.rollouts += len(jobs) * n
-    st.generated_max += n * sum(b for _, _, b in jobs)
+    st.generated_max += n * sum(b for _, b in jobs)
     derived = [sp for sp in specs if sp.derived_from is not None]
-    reads = len(jobs) * n + sum(n * sum(1 for name, _, _ in jobs if name == sp.derived_from) for sp in derived)
+    reads = len(jobs) * n + sum(n * sum(1 for name, _ in jobs if name == sp.derived_from) for sp in derived)
     st.reads += reads
-    longest = max(b for _, _, b in jobs)
+    longest = max(b for _, b in jobs)
     st.reread_tokens_max += reads * (longest + ANCHOR_ALLOWANCE)
     st.decode_batches.append((len(jobs) * n, sum(len(p) for p in dict.fromkeys(seqs)), longest))
 

@@ -56,7 +56,7 @@ def test_missing_hub_model_says_how_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(ModelUnavailableError) as err:
         load_model("qwen2.5-7b")
     msg = str(err.value)
-    assert "\n" not in msg and "Qwen/Qwen2.5-7B-Instruct" in msg and "huggingface-cli download" in msg
+    assert "\n" not in msg and "Qwen/Qwen2.5-7B-Instruct" in msg and "`hf download Qwen/Qwen2.5-7B-Instruct`" in msg
     assert is_available(registry()["qwen2.5-7b"])[0] is False
 
 

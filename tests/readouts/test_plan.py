@@ -81,3 +81,13 @@ def test_estimate_bounds():
     assert times["prefill_s"] == pytest.approx(10**6 * 2 * 7e9 / (989e12 * 0.5))
     step = (14e9 + (100 + 256) * 131072) / (4.8e12 * 0.7)
     assert times["decode_s"] == pytest.approx(512 * step)
+
+
+@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "smollm2-135m"])
+def test_model_size_from_the_config(name):
+    from readouts.plan import model_size
+    from tests.conftest import get_model
+
+    lm = get_model(name)
+    built = sum(p.numel() for p in lm.model.parameters())
+    assert abs(model_size(lm.model.config).params - built) <= 0.01 * built
