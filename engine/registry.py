@@ -6,6 +6,7 @@ Hub models are only ever read from the local HF cache; nothing here downloads.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import tomllib
@@ -67,10 +68,18 @@ def registry() -> dict[str, ModelSpec]:
 
 
 def resolve(name: str) -> ModelSpec:
-    """Spec for an alias, a local folder or an HF id; UnknownModelError otherwise."""
+    """Spec for an alias, a local folder or an HF id, each optionally `@revision` (a branch, tag or commit of a
+    hub checkpoint, e.g. an RL `step_XXXX` branch); UnknownModelError otherwise."""
     specs = registry()
     if name in specs:
         return specs[name]
+    base, at, revision = name.rpartition("@")
+    if at and base and revision and not Path(name).expanduser().exists():
+        spec = resolve(base)
+        if spec.source != "hub":
+            raise UnknownModelError(f"model '{name}': a revision (@{revision}) applies to hub checkpoints only, "
+                                    f"and '{base}' is a {spec.source} model")
+        return dataclasses.replace(spec, name=name, revision=revision)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

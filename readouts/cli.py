@@ -46,13 +46,20 @@ def _model_options(f):
     f = click.option("--quantize", type=click.Choice(["4bit", "8bit"]), default=None, help="bitsandbytes quantization")(f)
     f = click.option("--device-map", default=None, help="accelerate device map for several GPUs, e.g. auto")(f)
     f = click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")(f)
+    f = click.option("--revision", default=None, help="branch, tag or commit of a hub checkpoint (same as --model NAME@REV); "
+                     "the resolved commit is recorded")(f)
     return f
 
 
 def _model(kwargs):
     from readouts.driver import ModelOptions
 
-    return ModelOptions(model=kwargs.pop("model"), device=kwargs.pop("device"), dtype=kwargs.pop("dtype"),
+    model, revision = kwargs.pop("model"), kwargs.pop("revision")
+    if revision is not None:
+        if "@" in model:
+            raise ReadoutError(f"--revision: the model '{model}' already names a revision")
+        model = f"{model}@{revision}"
+    return ModelOptions(model=model, device=kwargs.pop("device"), dtype=kwargs.pop("dtype"),
                         quantize=kwargs.pop("quantize"), device_map=kwargs.pop("device_map"),
                         token_budget=kwargs.pop("token_budget"))
 
