@@ -53,6 +53,9 @@ class ModelFacts:
     """Whether encoding plain text prepends BOS (the raw frame's rule; also applied to chat frames whose template omits it)."""
     eos_token_id: int | None
     """The tokenizer's EOS id."""
+    weights_fingerprint: str | None = None
+    """For a local folder: `weights_fingerprint(folder)`, so two folders of the same name with different
+    weights are told apart (hub snapshots are identified by their commit, tiny and embedded models by build)."""
     lineage: str | None = None
     """Registry data: the post-training lineage (None for models the registry does not list)."""
     stage: str | None = None
@@ -175,6 +178,31 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+FINGERPRINT_SAMPLES = 16
+"""Evenly spaced 64 KiB samples of each weight file's bytes that the fingerprint reads."""
+
+
+def weights_fingerprint(folder: Path) -> str:
+    """sha256 over a checkpoint folder's files: the name and size of every weight, config and tokenizer file,
+    the config and tokenizer JSON, each safetensors header (tensor names, shapes, dtypes, offsets), and 16
+    evenly spaced 64 KiB samples of each weight file's bytes. Cheap (about a megabyte read per file) and
+    different for a retrained checkpoint of the same layout, whose values change everywhere."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).iterdir() if p.is_file()):
+        if path.suffix not in (".safetensors", ".bin", ".json", ".model", ".txt", ".jinja", ".gguf"):
+            continue
+        size = path.stat().st_size
+        digest.update(f"{path.name}\0{size}\0".encode())
+        if path.suffix == ".json":
+            digest.update(path.read_bytes())
+        elif path.suffix in (".safetensors", ".bin", ".gguf"):
+            with path.open("rb") as fh:
+                for k in range(FINGERPRINT_SAMPLES):
+                    fh.seek(k * max(0, size - 65536) // max(1, FINGERPRINT_SAMPLES - 1))
+                    digest.update(fh.read(65536))
+    return digest.hexdigest()
+
+
 def check_device(device: str) -> None:
     """Refuse, in one line, a device this torch cannot use (a CUDA device on a CPU-only build or machine)."""
     if str(device).startswith("cuda") and not torch.cuda.is_available():
@@ -264,5 +292,6 @@ def load_model(
         lineage=spec.lineage,
         stage=spec.stage,
         base_lineage=spec.base_lineage,
+        weights_fingerprint=weights_fingerprint(folder) if spec.source == "local" else None,
     )
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)
