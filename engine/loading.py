@@ -53,6 +53,8 @@ class ModelFacts:
     """Whether encoding plain text prepends BOS (the raw frame's rule; also applied to chat frames whose template omits it)."""
     eos_token_id: int | None
     """The tokenizer's EOS id."""
+    template_kwargs: dict | None = None
+    """Extra variables the chat template is rendered with (e.g. Llama-3.1's date_string), if any."""
     weights_fingerprint: str | None = None
     """For a local folder: `weights_fingerprint(folder)`, so two folders of the same name with different
     weights are told apart (hub snapshots are identified by their commit, tiny and embedded models by build)."""
@@ -232,10 +234,14 @@ def load_model(
     quantize: str | None = None,
     device_map: str | dict | None = None,
     attn_implementation: str | None = None,
+    chat_template: str | None = None,
+    template_kwargs: dict | None = None,
 ) -> LoadedModel:
     """Load `name` (alias, folder or HF id) from disk: fp32 on CPU and bf16 on CUDA unless told otherwise.
 
     `device_map` (e.g. "auto") spreads a large model over several GPUs via accelerate and overrides `device`.
+    `chat_template` (a file) replaces the tokenizer's template; `template_kwargs` are extra variables every chat
+    prompt is rendered with. Both are recorded (the template's sha256, the variables).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -271,6 +277,12 @@ def load_model(
     if "device_map" not in kwargs:
         model.to(device)
     model.eval()
+    if chat_template is not None:
+        if not Path(chat_template).is_file():
+            raise ReadoutError(f"--chat-template: {chat_template}: no such file")
+        tokenizer.chat_template = Path(chat_template).read_text()
+    if template_kwargs:
+        tokenizer._readout_template_kwargs = dict(template_kwargs)  # read by engine.render
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):  # several named templates: the default one is what chat frames use
         template = template.get("default")
@@ -293,5 +305,6 @@ def load_model(
         stage=spec.stage,
         base_lineage=spec.base_lineage,
         weights_fingerprint=weights_fingerprint(folder) if spec.source == "local" else None,
+        template_kwargs=dict(template_kwargs) if template_kwargs else None,
     )
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)

@@ -44,11 +44,16 @@ def encode_chat(tokenizer, messages: list[dict], system: str | None = None) -> l
     messages = _chat_messages(tokenizer, messages, system)
     try:
         encoded = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **template_kwargs(tokenizer)
         )
     except Exception as exc:  # jinja raise_exception, bad roles: the template's own complaint
         raise _refused(exc) from None
     return _one_bos(tokenizer, list(encoded["input_ids"]))
+
+
+def template_kwargs(tokenizer) -> dict:
+    """Extra variables chat prompts are rendered with: those `load_model(template_kwargs=...)` set on this tokenizer."""
+    return dict(getattr(tokenizer, "_readout_template_kwargs", None) or {})
 
 
 def _refused(exc: Exception) -> RenderError:
@@ -92,7 +97,7 @@ def encode_chats(tokenizer, chats: Sequence[tuple[Sequence[dict], str | None]]) 
     for messages, system in chats:
         try:
             texts.append(tokenizer.apply_chat_template(_chat_messages(tokenizer, list(messages), system),
-                                                       add_generation_prompt=True, tokenize=False))
+                                                       add_generation_prompt=True, tokenize=False, **template_kwargs(tokenizer)))
         except RenderError:
             raise
         except Exception as exc:

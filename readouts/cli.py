@@ -46,6 +46,11 @@ def _model_options(f):
     f = click.option("--quantize", type=click.Choice(["4bit", "8bit"]), default=None, help="bitsandbytes quantization")(f)
     f = click.option("--device-map", default=None, help="accelerate device map for several GPUs, e.g. auto")(f)
     f = click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")(f)
+    f = click.option("--chat-template", default=None, type=click.Path(dir_okay=False),
+                     help="a file whose chat template replaces the tokenizer's (its sha256 is recorded)")(f)
+    f = click.option("--template-kwarg", "template_kwargs", multiple=True, metavar="KEY=VALUE",
+                     help="a variable the chat template is rendered with, e.g. date_string='26 Jul 2024' (JSON values "
+                          "parsed, else a string; recorded)")(f)
     f = click.option("--revision", default=None, help="branch, tag or commit of a hub checkpoint (same as --model NAME@REV); "
                      "the resolved commit is recorded")(f)
     return f
@@ -60,8 +65,26 @@ def _model(kwargs):
             raise ReadoutError(f"--revision: the model '{model}' already names a revision")
         model = f"{model}@{revision}"
     return ModelOptions(model=model, device=kwargs.pop("device"), dtype=kwargs.pop("dtype"),
+                        chat_template=kwargs.pop("chat_template"), template_kwargs=_template_kwargs(kwargs.pop("template_kwargs")),
                         quantize=kwargs.pop("quantize"), device_map=kwargs.pop("device_map"),
                         token_budget=kwargs.pop("token_budget"))
+
+
+def _template_kwargs(items) -> tuple:
+    """`--template-kwarg KEY=VALUE` pairs; a VALUE that parses as JSON is taken as such (true, 3), else as text."""
+    import json
+
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ReadoutError(f"--template-kwarg: '{item}' must look like KEY=VALUE")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.append((key.strip(), parsed))
+    return tuple(out)
 
 
 def _run_options(default_seed: int, profiles=("quick", "paper")):

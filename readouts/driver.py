@@ -44,10 +44,15 @@ class ModelOptions:
     """accelerate device map for several GPUs, e.g. auto."""
     token_budget: int | None = None
     """Padded tokens per forward pass (None: the engine's default for the device)."""
+    chat_template: str | None = None
+    """A file whose template replaces the tokenizer's (its sha256 is recorded)."""
+    template_kwargs: tuple[tuple[str, object], ...] = ()
+    """Extra variables the chat template is rendered with, e.g. (("date_string", "26 Jul 2024"),) (recorded)."""
 
     def load(self, device: str | None = None):
         return load_model(self.model, device=device or self.device, dtype=self.dtype, quantize=self.quantize,
-                          device_map=self.device_map)
+                          device_map=self.device_map, chat_template=self.chat_template,
+                          template_kwargs=dict(self.template_kwargs) or None)
 
 
 @dataclass(frozen=True)
