@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from contract.tables import SCENARIOS
 from engine.errors import ReadoutError
@@ -83,7 +84,35 @@ def test_changed_manifest_is_refused_unless_forced(tmp_path):
     assert pd.read_parquet(path / "scenarios.parquet").shape[0] > 0
 
 
-def test_exact_tempered_agrees_with_sampled_rollouts(tmp_path):
+LIFTS = {"A": 11.0, "B": 9.0, "C": 10.5, "D": 9.5, "E": 10.0}
+
+
+def letters_lifted(monkeypatch, lifts=LIFTS):
+    """Runs load models whose output head adds a letter's lift to each of its variants: tiny-qwen2's letters
+    otherwise carry almost no mass, and a check on letter draws would have nothing to count; unequal lifts
+    make the letters unequally likely, so a draw from the wrong letter's probability shows."""
+    import readouts.driver as driver
+
+    real = driver.load_model
+
+    def load(*args, **kwargs):
+        lm = real(*args, **kwargs)
+        head = lm.model.get_output_embeddings()
+        layer = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+        with torch.no_grad():
+            layer.weight.copy_(head.weight)
+            layer.bias.zero_()
+            for letter, ids in zip("ABCDE", lm.letters("ABCDE").token_ids):
+                layer.bias[list(ids)] = lifts[letter]
+        lm.model.set_output_embeddings(layer)
+        lm.model.config.tie_word_embeddings = False
+        return lm
+
+    monkeypatch.setattr(driver, "load_model", load)
+
+
+def test_exact_tempered_agrees_with_sampled_rollouts(tmp_path, monkeypatch):
+    letters_lifted(monkeypatch)
     exact, _ = run(tmp_path, "exact", profile="sampling", readouts="D")
     sampled, _ = run(tmp_path, "sampled", profile="sampling", readouts="D", sample=True)
     e = pd.read_parquet(exact / "scenarios.parquet").set_index(["scenario_id", "cell"])
@@ -92,6 +121,7 @@ def test_exact_tempered_agrees_with_sampled_rollouts(tmp_path):
     n = 60
     diff = (s.violating_fraction - e.violating_fraction) * n  # sampled hits minus expected hits per row
     var = e.violating_fraction * (1 - e.violating_fraction) * n  # upper bound on each row's variance
+    assert diff.notna().sum() >= 10 and var.sum() > 10, "letters carry too little mass: the check would be vacuous"
     z = diff.sum() / np.sqrt(var.sum())
     assert abs(z) < 4, z
     assert set(s.majority_violating_prob) <= {0.0, 1.0}
