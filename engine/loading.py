@@ -55,6 +55,8 @@ class ModelFacts:
     """The tokenizer's EOS id."""
     template_kwargs: dict | None = None
     """Extra variables the chat template is rendered with (e.g. Llama-3.1's date_string), if any."""
+    adapter: dict | None = None
+    """A PEFT adapter merged into the weights: its folder, fingerprint and declared base model."""
     weights_fingerprint: str | None = None
     """For a local folder: `weights_fingerprint(folder)`, so two folders of the same name with different
     weights are told apart (hub snapshots are identified by their commit, tiny and embedded models by build)."""
@@ -205,6 +207,22 @@ def weights_fingerprint(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def _merge_adapter(model, folder: str):
+    """The model with the PEFT adapter in `folder` merged into its weights, and the adapter's facts."""
+    import json
+
+    path = Path(folder).expanduser()
+    if not (path / "adapter_config.json").is_file():
+        raise ReadoutError(f"--peft: {folder}: not a PEFT adapter folder (no adapter_config.json)")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ReadoutError("--peft needs peft: pip install 'logit-readout[peft]'") from None
+    merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    declared = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    return merged, {"path": str(path.resolve()), "weights_fingerprint": weights_fingerprint(path), "base_model": declared}
+
+
 def check_device(device: str) -> None:
     """Refuse, in one line, a device this torch cannot use (a CUDA device on a CPU-only build or machine)."""
     if str(device).startswith("cuda") and not torch.cuda.is_available():
@@ -236,12 +254,14 @@ def load_model(
     attn_implementation: str | None = None,
     chat_template: str | None = None,
     template_kwargs: dict | None = None,
+    adapter: str | None = None,
 ) -> LoadedModel:
     """Load `name` (alias, folder or HF id) from disk: fp32 on CPU and bf16 on CUDA unless told otherwise.
 
     `device_map` (e.g. "auto") spreads a large model over several GPUs via accelerate and overrides `device`.
     `chat_template` (a file) replaces the tokenizer's template; `template_kwargs` are extra variables every chat
-    prompt is rendered with. Both are recorded (the template's sha256, the variables).
+    prompt is rendered with. Both are recorded (the template's sha256, the variables). `adapter` (a PEFT adapter
+    folder) is applied to the base weights and merged, so every engine path reads the adapted model.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -274,6 +294,11 @@ def load_model(
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelUnavailableError(f"model '{name}': cannot load from {folder}: {first}") from None
+    adapter_facts = None
+    if adapter is not None:
+        if quantize is not None:
+            raise ReadoutError("--peft: an adapter is merged into the weights, which a quantized model cannot take")
+        model, adapter_facts = _merge_adapter(model, adapter)
     if "device_map" not in kwargs:
         model.to(device)
     model.eval()
@@ -306,5 +331,6 @@ def load_model(
         base_lineage=spec.base_lineage,
         weights_fingerprint=weights_fingerprint(folder) if spec.source == "local" else None,
         template_kwargs=dict(template_kwargs) if template_kwargs else None,
+        adapter=adapter_facts,
     )
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)

@@ -48,11 +48,13 @@ class ModelOptions:
     """A file whose template replaces the tokenizer's (its sha256 is recorded)."""
     template_kwargs: tuple[tuple[str, object], ...] = ()
     """Extra variables the chat template is rendered with, e.g. (("date_string", "26 Jul 2024"),) (recorded)."""
+    adapter: str | None = None
+    """A PEFT adapter folder, merged into the weights (recorded with its fingerprint)."""
 
     def load(self, device: str | None = None):
         return load_model(self.model, device=device or self.device, dtype=self.dtype, quantize=self.quantize,
                           device_map=self.device_map, chat_template=self.chat_template,
-                          template_kwargs=dict(self.template_kwargs) or None)
+                          template_kwargs=dict(self.template_kwargs) or None, adapter=self.adapter)
 
 
 @dataclass(frozen=True)
