@@ -207,6 +207,35 @@ def weights_fingerprint(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def model_facts(spec: ModelSpec, model, tokenizer, *, path: str, revision: str | None = None, quantize: str | None = None,
+                template_kwargs: dict | None = None, adapter: dict | None = None, fingerprint: str | None = None) -> ModelFacts:
+    """The manifest facts of a loaded model and its tokenizer."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # several named templates: the default one is what chat frames use
+        template = template.get("default")
+    return ModelFacts(
+        name=spec.name, source=spec.source, hf_id=spec.hf_id, revision=revision,
+        path=path, architecture=type(model).__name__, dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        device=str(model.get_input_embeddings().weight.device), quantize=quantize,
+        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        chat_template_sha256=hashlib.sha256(template.encode()).hexdigest() if template else None,
+        bos_token_id=tokenizer.bos_token_id, tokenizer_adds_bos=tokenizer_adds_bos(tokenizer), eos_token_id=tokenizer.eos_token_id,
+        lineage=spec.lineage, stage=spec.stage, base_lineage=spec.base_lineage, weights_fingerprint=fingerprint,
+        template_kwargs=dict(template_kwargs) if template_kwargs else None, adapter=adapter,
+    )
+
+
+def from_memory(model, tokenizer, name: str = "in-memory", template_kwargs: dict | None = None) -> LoadedModel:
+    """A model and tokenizer the caller already holds (PEFT-wrapped, hooked, steered, merged ...) as a LoadedModel,
+    for scoring and for running a study on it; its manifest says `source: memory` under `name`."""
+    model.eval()
+    if template_kwargs:
+        tokenizer._readout_template_kwargs = dict(template_kwargs)  # read by engine.render
+    spec = ModelSpec(name=name, source="memory")
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer,
+                       facts=model_facts(spec, model, tokenizer, path="(in memory)", template_kwargs=template_kwargs))
+
+
 def _merge_adapter(model, folder: str):
     """The model with the PEFT adapter in `folder` merged into its weights, and the adapter's facts."""
     import json
@@ -308,29 +337,7 @@ def load_model(
         tokenizer.chat_template = Path(chat_template).read_text()
     if template_kwargs:
         tokenizer._readout_template_kwargs = dict(template_kwargs)  # read by engine.render
-    template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, dict):  # several named templates: the default one is what chat frames use
-        template = template.get("default")
-    facts = ModelFacts(
-        name=name,
-        source=spec.source,
-        hf_id=spec.hf_id,
-        revision=revision or spec.revision,
-        path=str(folder),
-        architecture=type(model).__name__,
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-        device=str(model.get_input_embeddings().weight.device),
-        quantize=quantize,
-        vocab_size=int(model.get_output_embeddings().weight.shape[0]),
-        chat_template_sha256=hashlib.sha256(template.encode()).hexdigest() if template else None,
-        bos_token_id=tokenizer.bos_token_id,
-        tokenizer_adds_bos=tokenizer_adds_bos(tokenizer),
-        eos_token_id=tokenizer.eos_token_id,
-        lineage=spec.lineage,
-        stage=spec.stage,
-        base_lineage=spec.base_lineage,
-        weights_fingerprint=weights_fingerprint(folder) if spec.source == "local" else None,
-        template_kwargs=dict(template_kwargs) if template_kwargs else None,
-        adapter=adapter_facts,
-    )
+    facts = model_facts(spec, model, tokenizer, path=str(folder), revision=revision or spec.revision, quantize=quantize,
+                        template_kwargs=template_kwargs, adapter=adapter_facts,
+                        fingerprint=weights_fingerprint(folder) if spec.source == "local" else None)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)

@@ -29,7 +29,7 @@ class ModelSpec:
     name: str
     """The alias, local path or HF id the user gave."""
     source: str
-    """One of SOURCES."""
+    """One of SOURCES, or "memory" for a model the caller already holds (engine.loading.from_memory)."""
     hf_id: str | None = None
     """HF repository id (hub models; for the embedded model, the checkpoint it was quantized from)."""
     revision: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
@@ -50,8 +50,12 @@ class ModelOptions:
     """Extra variables the chat template is rendered with, e.g. (("date_string", "26 Jul 2024"),) (recorded)."""
     adapter: str | None = None
     """A PEFT adapter folder, merged into the weights (recorded with its fingerprint)."""
+    loaded: object = field(default=None, compare=False, repr=False)
+    """A LoadedModel the caller already holds (engine.loading.from_memory): used as is, nothing is loaded."""
 
     def load(self, device: str | None = None):
+        if self.loaded is not None:
+            return self.loaded
         return load_model(self.model, device=device or self.device, dtype=self.dtype, quantize=self.quantize,
                           device_map=self.device_map, chat_template=self.chat_template,
                           template_kwargs=dict(self.template_kwargs) or None, adapter=self.adapter)
