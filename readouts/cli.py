@@ -361,6 +361,15 @@ def panels_show(panel, record_id, frame, cell, order_index, seed, profile, model
     click.echo(show(panel, record_id, frame, cell, order_index, seed, model, profile))
 
 
+@panels_group.command("list")
+def panels_list():
+    """The shipped panels: name, kind, records (any JSONL path works as a panel too)."""
+    from readouts.panel_tools import list_panels
+
+    for name, kind, n, file in list_panels():
+        click.echo(f"{name:<10} {kind:<4} {n:>4} records  panels/data/{file}")
+
+
 @panels_group.command("stats")
 @click.argument("panel")
 def panels_stats(panel):

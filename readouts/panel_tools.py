@@ -87,6 +87,17 @@ def _run_order(record, frame: str, index: int, seed: int, profile_name: str, whe
     return orders[spec.frames.index(frame)]
 
 
+def list_panels() -> list[tuple[str, str, int, str]]:
+    """The shipped panels: (name, kind, records, file), in name order."""
+    from panels.schema import shipped_panels
+
+    out = []
+    for name, path in shipped_panels().items():
+        panel = load_panel(name)
+        out.append((name, panel.kind, len(panel.records), path.name))
+    return out
+
+
 def quartile_line(values) -> str:
     """min, quartiles and max of `values`; quartiles interpolated inside the data's range (the inclusive
     method: on a small panel the exclusive one reports a q1 below the minimum or a q3 above the maximum)."""

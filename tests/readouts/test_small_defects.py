@@ -77,3 +77,10 @@ def test_environment_names_threads_gpus_and_library_versions():
     assert env["gpus"] == ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else [])
     assert env["packages"]["tokenizers"] and env["packages"]["accelerate"]
     assert "bitsandbytes" in env["packages"]
+
+
+def test_panels_list_names_every_shipped_panel(capsys):
+    code, out, _ = run(["panels", "list"], capsys)
+    lines = {line.split()[0]: line.split() for line in out.splitlines()}
+    assert code == 0 and set(lines) == {"gap-v1", "gap-v2", "nsi-14"}
+    assert lines["gap-v2"][1:3] == ["gap", "248"] and lines["nsi-14"][1:3] == ["nsi", "14"]
