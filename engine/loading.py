@@ -57,6 +57,8 @@ class ModelFacts:
     """Extra variables the chat template is rendered with (e.g. Llama-3.1's date_string), if any."""
     adapter: dict | None = None
     """A PEFT adapter merged into the weights: its folder, fingerprint and declared base model."""
+    load_options: dict | None = None
+    """Loading choices beyond the defaults that can change the numbers: attn_implementation, trust_remote_code."""
     weights_fingerprint: str | None = None
     """For a local folder: `weights_fingerprint(folder)`, so two folders of the same name with different
     weights are told apart (hub snapshots are identified by their commit, tiny and embedded models by build)."""
@@ -208,7 +210,8 @@ def weights_fingerprint(folder: Path) -> str:
 
 
 def model_facts(spec: ModelSpec, model, tokenizer, *, path: str, revision: str | None = None, quantize: str | None = None,
-                template_kwargs: dict | None = None, adapter: dict | None = None, fingerprint: str | None = None) -> ModelFacts:
+                template_kwargs: dict | None = None, adapter: dict | None = None, fingerprint: str | None = None,
+                load_options: dict | None = None) -> ModelFacts:
     """The manifest facts of a loaded model and its tokenizer."""
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):  # several named templates: the default one is what chat frames use
@@ -222,6 +225,7 @@ def model_facts(spec: ModelSpec, model, tokenizer, *, path: str, revision: str |
         bos_token_id=tokenizer.bos_token_id, tokenizer_adds_bos=tokenizer_adds_bos(tokenizer), eos_token_id=tokenizer.eos_token_id,
         lineage=spec.lineage, stage=spec.stage, base_lineage=spec.base_lineage, weights_fingerprint=fingerprint,
         template_kwargs=dict(template_kwargs) if template_kwargs else None, adapter=adapter,
+        load_options=load_options or None,
     )
 
 
@@ -281,6 +285,7 @@ def load_model(
     quantize: str | None = None,
     device_map: str | dict | None = None,
     attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
     chat_template: str | None = None,
     template_kwargs: dict | None = None,
     adapter: str | None = None,
@@ -316,9 +321,11 @@ def load_model(
         kwargs["device_map"] = {"": device}  # weights go straight to the GPU, not through host memory first
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    if trust_remote_code:  # the checkpoint's own modeling code runs: only for checkpoints you trust
+        kwargs["trust_remote_code"] = True
     try:
         with _quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
             model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -339,5 +346,7 @@ def load_model(
         tokenizer._readout_template_kwargs = dict(template_kwargs)  # read by engine.render
     facts = model_facts(spec, model, tokenizer, path=str(folder), revision=revision or spec.revision, quantize=quantize,
                         template_kwargs=template_kwargs, adapter=adapter_facts,
-                        fingerprint=weights_fingerprint(folder) if spec.source == "local" else None)
+                        fingerprint=weights_fingerprint(folder) if spec.source == "local" else None,
+                        load_options={k: v for k, v in (("attn_implementation", attn_implementation),
+                                                        ("trust_remote_code", trust_remote_code)) if v})
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, facts=facts)

@@ -51,6 +51,10 @@ def _model_options(f):
     f = click.option("--template-kwarg", "template_kwargs", multiple=True, metavar="KEY=VALUE",
                      help="a variable the chat template is rendered with, e.g. date_string='26 Jul 2024' (JSON values "
                           "parsed, else a string; recorded)")(f)
+    f = click.option("--attn-implementation", default=None, help="transformers attention implementation: eager, sdpa, "
+                     "flash_attention_2 (default: transformers' choice)")(f)
+    f = click.option("--trust-remote-code", is_flag=True, help="let the checkpoint's own modeling code run (only for "
+                     "checkpoints you trust)")(f)
     f = click.option("--peft", "adapter", default=None, type=click.Path(file_okay=False),
                      help="a PEFT adapter folder, merged into the model's weights (recorded with its fingerprint)")(f)
     f = click.option("--revision", default=None, help="branch, tag or commit of a hub checkpoint (same as --model NAME@REV); "
@@ -68,7 +72,8 @@ def _model(kwargs):
         model = f"{model}@{revision}"
     return ModelOptions(model=model, device=kwargs.pop("device"), dtype=kwargs.pop("dtype"),
                         chat_template=kwargs.pop("chat_template"), template_kwargs=_template_kwargs(kwargs.pop("template_kwargs")),
-                        adapter=kwargs.pop("adapter"),
+                        adapter=kwargs.pop("adapter"), attn_implementation=kwargs.pop("attn_implementation"),
+                        trust_remote_code=kwargs.pop("trust_remote_code"),
                         quantize=kwargs.pop("quantize"), device_map=kwargs.pop("device_map"),
                         token_budget=kwargs.pop("token_budget"))
 

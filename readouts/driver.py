@@ -50,6 +50,10 @@ class ModelOptions:
     """Extra variables the chat template is rendered with, e.g. (("date_string", "26 Jul 2024"),) (recorded)."""
     adapter: str | None = None
     """A PEFT adapter folder, merged into the weights (recorded with its fingerprint)."""
+    attn_implementation: str | None = None
+    """transformers attention implementation (eager, sdpa, flash_attention_2; None: transformers' default)."""
+    trust_remote_code: bool = False
+    """Let a checkpoint's own modeling code run (transformers' trust_remote_code)."""
     loaded: object = field(default=None, compare=False, repr=False)
     """A LoadedModel the caller already holds (engine.loading.from_memory): used as is, nothing is loaded."""
 
@@ -58,7 +62,8 @@ class ModelOptions:
             return self.loaded
         return load_model(self.model, device=device or self.device, dtype=self.dtype, quantize=self.quantize,
                           device_map=self.device_map, chat_template=self.chat_template,
-                          template_kwargs=dict(self.template_kwargs) or None, adapter=self.adapter)
+                          template_kwargs=dict(self.template_kwargs) or None, adapter=self.adapter,
+                          attn_implementation=self.attn_implementation, trust_remote_code=self.trust_remote_code)
 
 
 @dataclass(frozen=True)

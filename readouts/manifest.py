@@ -73,7 +73,8 @@ def model_manifest(lm, letters) -> dict:
                                                     "vocab_size", "lineage", "stage", "base_lineage")},
                   # A local folder: where it is and what it holds (absent for other sources, whose runs keep their identity).
                   **({"path": facts.path, "weights_fingerprint": facts.weights_fingerprint} if facts.source == "local" else {}),
-                  **({"adapter": facts.adapter} if facts.adapter else {})},
+                  **({"adapter": facts.adapter} if facts.adapter else {}),
+                  **({"load_options": facts.load_options} if facts.load_options else {})},
         "device": facts.device,
         "template": {"chat_template_sha256": facts.chat_template_sha256, "bos_token_id": facts.bos_token_id,
                      "tokenizer_adds_bos": facts.tokenizer_adds_bos,

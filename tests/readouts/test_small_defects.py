@@ -84,3 +84,22 @@ def test_panels_list_names_every_shipped_panel(capsys):
     lines = {line.split()[0]: line.split() for line in out.splitlines()}
     assert code == 0 and set(lines) == {"gap-v1", "gap-v2", "nsi-14"}
     assert lines["gap-v2"][1:3] == ["gap", "248"] and lines["nsi-14"][1:3] == ["nsi", "14"]
+
+
+def test_attention_implementation_and_remote_code_are_passed_and_recorded(tmp_path, capsys):
+    from engine.loading import load_model
+    from readouts.manifest import model_manifest
+
+    lm = load_model("tiny-llama3", device="cpu", attn_implementation="eager", trust_remote_code=True)
+    assert lm.model.config._attn_implementation == "eager"
+    recorded = model_manifest(lm, lm.letters("AB"))["model"]
+    assert recorded["load_options"] == {"attn_implementation": "eager", "trust_remote_code": True}
+    default = load_model("tiny-llama3", device="cpu")
+    assert "load_options" not in model_manifest(default, default.letters("AB"))["model"]
+    probes = tmp_path / "p.jsonl"
+    probes.write_text(json.dumps({"id": "a", "messages": MSG, "letters": ["A", "B"]}) + "\n")
+    code, _, err = run(["score", str(probes), "--model", "tiny-llama3", "--out", str(tmp_path / "o.jsonl"),
+                        "--attn-implementation", "eager", "--trust-remote-code"], capsys)
+    assert code == 0, err
+    meta = json.loads((tmp_path / "o.jsonl.manifest.json").read_text())
+    assert meta["model"]["load_options"] == {"attn_implementation": "eager", "trust_remote_code": True}
