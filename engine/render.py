@@ -133,8 +133,9 @@ def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
 def encode_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
     """`encode_prompt` for many prompts at once (chat prompts rendered, then every prompt tokenized in batch
     calls); the same ids, in the same order."""
-    chat = [i for i, p in enumerate(prompts) if p.messages is not None and p.text is None]
-    raw = [i for i, p in enumerate(prompts) if i not in set(chat)]
+    is_chat = [p.messages is not None and p.text is None for p in prompts]
+    chat = [i for i, c in enumerate(is_chat) if c]
+    raw = [i for i, c in enumerate(is_chat) if not c]
     out: list[list[int] | None] = [None] * len(prompts)
     for i, ids in zip(chat, encode_chats(tokenizer, [(prompts[i].messages, prompts[i].system) for i in chat])):
         out[i] = ids

@@ -24,7 +24,7 @@ _LAZY = {
     "make_estimate": "estimate",
     "ENTROPY": "seeding", "SPAWN": "seeding", "name_key": "seeding", "rng_for": "seeding",
     "cluster_ci": "bootstrap", "estimates_from": "bootstrap", "majority_prob_from_fraction": "bootstrap",
-    "nested_binomial_ci": "bootstrap", "nested_majority": "bootstrap", "percentile_ci": "bootstrap",
+    "nested_binomial_ci": "bootstrap", "nested_binomial_draws": "bootstrap", "nested_majority": "bootstrap", "percentile_ci": "bootstrap",
     "scenario_bootstrap": "bootstrap",
     "conform": "tables", "read_table": "tables",
     "GAP_FLOAT_FORMAT": "output", "cell": "output", "frame_markdown": "output", "md_section": "output",

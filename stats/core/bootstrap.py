@@ -233,12 +233,22 @@ def nested_binomial_ci(n: np.ndarray, k: np.ndarray, statistic: Callable[[np.nda
     out. Resampling a cell's n binary replies with replacement is a Binomial(n, k/n) draw of its count.
     ``statistic`` maps the resampled rates (B, S, F) to one value per replicate (B,).
     """
+    draws = nested_binomial_draws(n, k, rng, n_boot)
+    if draws is None:
+        return float("nan"), float("nan")
+    nn, kk = draws
+    return percentile_ci(statistic(kk / nn), level)
+
+
+def nested_binomial_draws(n: np.ndarray, k: np.ndarray, rng: np.random.Generator,
+                          n_boot: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The resampled counts (nn, kk), each (B, S, F), of `nested_binomial_ci`'s nested resample (for statistics
+    of counts rather than rates); None when no cluster has every cell."""
     keep = (n > 0).all(axis=1)
     n, k = n[keep], k[keep]
     s = n.shape[0]
     if s == 0:
-        return float("nan"), float("nan")
+        return None
     idx = rng.integers(0, s, size=(n_boot, s))
     nn = n[idx]
-    kk = rng.binomial(nn, k[idx] / nn)
-    return percentile_ci(statistic(kk / nn), level)
+    return nn, rng.binomial(nn, k[idx] / nn)

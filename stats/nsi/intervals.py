@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 from scipy import stats as sps
 
-from stats.core.bootstrap import percentile_ci
+from stats.core.bootstrap import nested_binomial_draws, percentile_ci
 
 
 def _complete(n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,14 +58,10 @@ def pooled_cluster_ci(n: np.ndarray, k: np.ndarray, rng: np.random.Generator, n_
 def pooled_nested_ci(n: np.ndarray, k: np.ndarray, rng: np.random.Generator, n_boot: int = 4000,
                      level: float = 0.95) -> tuple[float, float]:
     """Nested CI of the pooled-rate NSI: dilemmas resampled, then each cell's replies (binomial redraw)."""
-    n, k = _complete(np.asarray(n), np.asarray(k))
-    s = n.shape[0]
-    if s == 0:
+    draws = nested_binomial_draws(np.asarray(n), np.asarray(k), rng, n_boot)
+    if draws is None:
         return float("nan"), float("nan")
-    idx = rng.integers(0, s, size=(n_boot, s))
-    nn = n[idx]
-    kk = rng.binomial(nn, k[idx] / nn)
-    return percentile_ci(_pooled_range(nn, kk), level)
+    return percentile_ci(_pooled_range(*draws), level)
 
 
 def ratio_sum_ci(num: np.ndarray, den: np.ndarray, weights, rng: np.random.Generator, n_boot: int = 10_000,
