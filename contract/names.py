@@ -6,6 +6,8 @@ frame is the wording a scenario is posed in; a framing is one of the negation au
 
 from __future__ import annotations
 
+import re
+
 CELLS = ("primary", "twin", "harm_twin", "paraphrase", "paraphrase_twin")
 """primary: as written; twin: the pressure sentence replaced by the filler; harm_twin (F5): replaced by a
 sentence that removes the incentive and restates the harm; paraphrase / paraphrase_twin (F4): the second
@@ -32,3 +34,19 @@ NEGATED = {"F0": False, "F1": True, "F2": False, "F3": True}
 """Whether a framing negates the action: endorsement a = decision XOR negated."""
 POLARITY_PAIR = ("F0", "F1")
 """The simple polarity pair of the headline NSI."""
+
+STAGES = ("base", "sft", "dpo", "final")
+"""The classic post-training stages, in order. A lineage may also hold any number of checkpoints named by a
+step (`rl-200`, `step-1000`, `step_1000`, `checkpoint-500`: see `stage_step`), which sort by step between dpo
+and final, or checkpoints ordered by a given list (`readout compare --order`, the list of a `readout sweep`)."""
+STAGE_STEP = re.compile(r"[A-Za-z][A-Za-z0-9_.]*?[-_]?(\d+)")
+"""A stage name that carries a step; the step is its one group."""
+STAGE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"
+"""What a stage name may look like (a registry entry's `stage`, the stage of a `lineage:stage` role)."""
+
+
+def stage_step(stage: str) -> int | None:
+    """The training step a stage name carries: the integer it ends with after a letter and an optional `-` or
+    `_` (`rl-200`, `step-1000`, `step_1000`, `ckpt3` -> 200, 1000, 1000, 3); None when it carries none."""
+    m = STAGE_STEP.fullmatch(stage)
+    return int(m.group(1)) if m else None

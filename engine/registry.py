@@ -1,25 +1,42 @@
-"""Model specs: the registry of aliases (data in engine/data/models.toml) and resolution of any name.
+"""Model specs: the registry of aliases (data in engine/data/models.toml, plus the user's registry files) and
+resolution of any name.
 
 A name is, in this order: a registered alias, an existing local folder, or an HF id ("org/name").
 Hub models are only ever read from the local HF cache; nothing here downloads.
+
+User registry files (`--models FILE` on every command that loads a model, and the environment variable
+LOGIT_READOUT_MODELS: one path or several joined by the OS path separator) have models.toml's format. They
+add aliases and lineages. An alias that is already registered (built in, or in an earlier user file) is
+refused unless its entry says `override = true`, which replaces it. A local `path` is read relative to the
+file's folder. Every alias remembers the file that defined it and its sha256 (recorded in run manifests).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import os
 import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Sequence
 
-from engine.errors import UnknownModelError
+from contract.names import STAGE_NAME
+from engine.errors import ReadoutError, UnknownModelError
 
 SOURCES = ("hub", "tiny", "embedded", "local")
-STAGES = ("base", "sft", "dpo", "final")
-"""Post-training stages in order (an `rl-<step>` stage sorts between dpo and final by its step)."""
 HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+USER_MODELS_ENV = "LOGIT_READOUT_MODELS"
+"""Environment variable naming user registry files (os.pathsep-separated), read besides `--models`."""
+BUILTIN = "engine/data/models.toml"
+"""How the built-in registry is named in messages and manifests."""
+
+
+class RegistryError(ReadoutError):
+    """A registry file is unreadable or an entry in it is malformed; the message names the file, alias and field."""
 
 
 @dataclass(frozen=True)
@@ -45,26 +62,114 @@ class ModelSpec:
     lineage: str | None = None
     """The post-training lineage this checkpoint belongs to (e.g. olmo-3-7b); None for unlisted models."""
     stage: str | None = None
-    """Where in its lineage: base, sft, dpo, final, or rl-<step>."""
+    """Where in its lineage: base, sft, dpo, final, or any stage name (rl-200, step-1000 ...; contract.names)."""
     base_lineage: str | None = None
     """The lineage whose base weights it was post-trained from, when that is another one (Tulu 3: llama-3.1-8b)."""
+    registry_file: str | None = None
+    """The registry file that defined this alias (BUILTIN, or a user file's absolute path); None: not an alias."""
+    registry_sha256: str | None = None
+    """sha256 of that file's bytes, so a run names the exact registry it resolved its model from."""
 
 
-@functools.lru_cache(maxsize=1)
+_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name not in ("name", "registry_file", "registry_sha256"))
+"""The fields a registry entry may set (plus `override` in a user file)."""
+_cli_files: tuple[str, ...] = ()
+
+
+def use_models_files(paths: Sequence[str | Path] | None) -> None:
+    """The user registry files a command was given (`--models`), read after LOGIT_READOUT_MODELS's; replaces
+    the previous command's (each command that loads a model sets its own, possibly none)."""
+    global _cli_files
+    _cli_files = tuple(str(p) for p in paths or ())
+
+
+def user_model_files() -> tuple[Path, ...]:
+    """The user registry files in force: LOGIT_READOUT_MODELS's, then `--models`', each once, absolute."""
+    env = [p for p in os.environ.get(USER_MODELS_ENV, "").split(os.pathsep) if p.strip()]
+    out: list[Path] = []
+    for where, raw in [(USER_MODELS_ENV, p) for p in env] + [("--models", p) for p in _cli_files]:
+        path = Path(raw).expanduser().absolute()
+        if not path.is_file():
+            raise RegistryError(f"{where}: {raw}: no such registry file")
+        if path not in out:
+            out.append(path)
+    return tuple(out)
+
+
 def registry() -> dict[str, ModelSpec]:
-    """All registered aliases, in file order."""
-    raw = tomllib.loads(resources.files("engine").joinpath("data/models.toml").read_text(encoding="utf-8"))
+    """All registered aliases: the built-in ones in file order, then each user file's new ones. Cached per set of
+    user files (and their modification times), so a changed environment or an edited file is read afresh."""
+    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in user_model_files())
+    return _registry(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _registry(files: tuple[tuple[str, int, int], ...]) -> dict[str, ModelSpec]:
+    data = resources.files("engine").joinpath("data/models.toml").read_bytes()
+    specs = _entries(data, BUILTIN, None, {})
+    for path, _, _ in files:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise RegistryError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        specs.update(_entries(data, path, Path(path).parent, specs))
+    return specs
+
+
+def _entries(data: bytes, file: str, folder: Path | None, known: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+    """The aliases one registry file defines, validated; `folder` is None for the built-in file (no overrides)."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise RegistryError(f"{file}: not valid TOML ({exc})") from None
+    sha = hashlib.sha256(data).hexdigest()
     specs = {}
     for alias, fields in raw.items():
-        if fields.get("source") not in SOURCES:
-            raise ValueError(f"engine/data/models.toml: [{alias}] source: must be one of {SOURCES}")
-        stage = fields.get("stage")
-        if stage is not None and stage not in STAGES and not re.fullmatch(r"rl-\d+", stage):
-            raise ValueError(f"engine/data/models.toml: [{alias}] stage: must be one of {STAGES} or rl-<step>")
-        if (stage is None) != (fields.get("lineage") is None):
-            raise ValueError(f"engine/data/models.toml: [{alias}] lineage: lineage and stage go together")
-        specs[alias] = ModelSpec(name=alias, **fields)
+        where = f"{file}: [{alias}]"
+        if not isinstance(fields, dict):
+            raise RegistryError(f"{where}: must be a table of fields, e.g. [\"{alias}\"] then source = \"hub\" ...")
+        fields = dict(fields)
+        override = fields.pop("override", False) if folder is not None else False
+        if not isinstance(override, bool):
+            raise RegistryError(f"{where} override: must be true or false")
+        if not alias.strip() or any(ch.isspace() for ch in alias):
+            raise RegistryError(f"{where}: an alias must be non-empty and without spaces")
+        _check_fields(where, fields)
+        if fields.get("source") == "local" and folder is not None:
+            fields["path"] = str((folder / Path(fields["path"]).expanduser()).resolve())
+        if alias in known and not override:
+            prior = known[alias].registry_file
+            raise RegistryError(f"{where}: alias already defined in {prior}; set override = true in this entry to "
+                                f"replace it, or choose another name")
+        if override and alias not in known:
+            raise RegistryError(f"{where} override: there is no earlier alias '{alias}' to replace")
+        specs[alias] = ModelSpec(name=alias, registry_file=file, registry_sha256=sha, **fields)
     return specs
+
+
+def _check_fields(where: str, fields: dict) -> None:
+    """One line naming the first bad field of an entry."""
+    for key, value in fields.items():
+        if key not in _FIELDS:
+            raise RegistryError(f"{where} {key}: unknown field; allowed: {', '.join([*_FIELDS, 'override'])}")
+        wanted = bool if key == "chat" else str
+        if not isinstance(value, wanted):
+            raise RegistryError(f"{where} {key}: must be {'true or false' if wanted is bool else 'a string'}")
+    source = fields.get("source")
+    if source not in SOURCES:
+        raise RegistryError(f"{where} source: must be one of {', '.join(SOURCES)}")
+    needed = {"hub": "hf_id", "local": "path"}.get(source)
+    if needed and not fields.get(needed):
+        raise RegistryError(f"{where} {needed}: required for a {source} model")
+    if fields.get("revision") is not None and source != "hub":
+        raise RegistryError(f"{where} revision: applies to hub models only")
+    stage = fields.get("stage")
+    if stage is not None and not re.fullmatch(STAGE_NAME, stage):
+        raise RegistryError(f"{where} stage: '{stage}' must be a name like sft, dpo, final, rl-200 or step-1000")
+    if (stage is None) != (fields.get("lineage") is None):
+        raise RegistryError(f"{where} lineage: lineage and stage go together")
+    if fields.get("base_lineage") is not None and fields.get("lineage") is None:
+        raise RegistryError(f"{where} base_lineage: needs a lineage and stage")
 
 
 def resolve(name: str) -> ModelSpec:

@@ -80,12 +80,22 @@ def model_manifest(lm, letters) -> dict:
                      "tokenizer_adds_bos": facts.tokenizer_adds_bos,
                      **({"template_kwargs": facts.template_kwargs} if facts.template_kwargs else {})},
         "letters": letters.as_manifest(),
+        **_registry_provenance(getattr(lm, "spec", None)),
         "versions": _versions(),
         "environment": environment(),
         "git_commit": _git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join(sys.argv),
     }
+
+
+def _registry_provenance(spec) -> dict:
+    """For a registered alias: the registry file that defined it and that file's sha256 (the built-in
+    engine/data/models.toml or a user's `--models` file), so the run can be reproduced. Kept out of the run's
+    identity: the model's own facts (id, revision, path, fingerprint) already are in it."""
+    if spec is None or not getattr(spec, "registry_file", None):
+        return {}
+    return {"model_registry": {"file": spec.registry_file, "sha256": spec.registry_sha256}}
 
 
 def default_out(model: str, panel: str, run_name: str) -> Path:
