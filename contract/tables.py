@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from contract.metadata import METADATA
+
 # Logical type -> the pandas dtype a table holds. A trailing "?" means the value may be null (None).
 DTYPES = {
     "str": "str", "str?": "string", "int": "int64", "int?": "Int64", "float": "float64", "float?": "Float64",
@@ -72,19 +74,23 @@ def _cols(spec: str) -> tuple[Column, ...]:
 
 
 SCENARIO_META = _cols("model:str panel:str scenario_id:str family:str domain:str generator:str prompt_version:str "
-                      "violating:str")
-"""Columns every scenario row carries about its scenario (`violating`: the violating option's id)."""
+                      "violating:str") + _cols(f"{METADATA}:str?")
+"""Columns every scenario row carries about its scenario (`violating`: the violating option's id; `metadata`: the
+record's own metadata object as JSON, contract.metadata)."""
+LATER_COLUMNS = (METADATA,)
+"""Nullable columns added after the first runs: a reader fills them with nulls in an older table that lacks them."""
 
 PROBES = Table("probes", _cols(
     "probe_id:str scenario_id:str cell:str readout:str frame:str order_index:int order:str rollout:int letters:str "
     "violating_letter:str mass:list[float] letter_mass:float tempered:list[float] p_violating:float top_letter:str "
-    "prompt_tokens:int generated_text:str? generated_tokens:int? anchor_rule:str? sampled_letter:str?"))
+    "prompt_tokens:int generated_text:str? generated_tokens:int? anchor_rule:str? sampled_letter:str?")
+    + _cols(f"{METADATA}:str?"))
 SCENARIOS = Table("scenarios", SCENARIO_META + _cols(
     "cell:str readout:str frame:str budget:int? p_violating:float violating_fraction:float "
     "majority_violating_prob:float letter_mass:float judged_option:str? stability:bool? "
     "violating_judged_frames:int? n_orders:int n_rollouts:int completed_fraction:float"))
 
-_POLARITY = "model:str dilemma_id:str domain:str framing:str negated:bool"
+_POLARITY = f"model:str dilemma_id:str domain:str framing:str negated:bool {METADATA}:str?"
 NSI_REPLIES = Table("nsi_replies", _cols(
     f"{_POLARITY} temperature:float sample:int text:str generated_tokens:int truncated:bool parse_ok:bool "
     "parse_stage:int? parse_error:str? decision:str? confidence:float? adherence_to_laws:float? "

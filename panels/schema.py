@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from contract.metadata import METADATA, check_metadata
 from contract.names import CELLS, PARAPHRASE_CELLS
 from panels.jsonl import jsonl_objects, read_bytes
 
@@ -98,6 +99,8 @@ class Scenario:
     """F5: replacement that removes the incentive but keeps the harm level (harm_twin cell)."""
     paraphrase: Paraphrase | None = None
     """F4, optional: the scenario reworded by a second writer (render it through `paraphrased()`)."""
+    metadata: tuple = ()
+    """The user's own (key, value) pairs (contract.metadata), carried to every output row; never rendered."""
     source: str | None = None
     """file:line it was loaded from."""
 
@@ -151,6 +154,8 @@ class Dilemma:
     provenance: tuple[tuple[str, str], ...] | None = None
     """Where each field's text comes from, (field, "paper: <where>" or "written here ..."), in the file's order;
     None when the panel does not say (the field is optional)."""
+    metadata: tuple = ()
+    """The user's own (key, value) pairs (contract.metadata), carried to every output row; never rendered."""
     source: str | None = None
 
 
@@ -177,6 +182,7 @@ class Panel:
 GAP_REQUIRED = ("id", "family", "domain", "generator", "prompt_version", "protagonist", "agent", "context",
                 "pressure", "filler", "options", "violating", "norm")
 GAP_OPTIONAL = ("pushback", "tools", "harm_twin", "paraphrase")  # contract: panel fields (a cell is read from each)
+# METADATA (contract.metadata) is optional on every record, gap or nsi: the user's own fields, never rendered.
 PARAPHRASE_FIELDS = ("writer", "context", "pressure", "filler", "options")
 NSI_FIELDS = ("id", "domain", "title", "description", "scenario", "action", "goal")
 NSI_PROVENANCE = "provenance"
@@ -265,7 +271,7 @@ def _paraphrase(obj: dict, where: str, generator: str, options: tuple[Option, ..
 
 
 def _gap_record(obj: dict, where: str) -> Scenario:
-    unknown = sorted(set(obj) - set(GAP_REQUIRED) - set(GAP_OPTIONAL))
+    unknown = sorted(set(obj) - set(GAP_REQUIRED) - set(GAP_OPTIONAL) - {METADATA})
     if unknown:
         _fail(where, unknown[0], "unknown field")
     for key in GAP_REQUIRED:
@@ -342,7 +348,7 @@ def _gap_record(obj: dict, where: str) -> Scenario:
         prompt_version=strings["prompt_version"], protagonist=strings["protagonist"], agent=strings["agent"],
         context=context, pressure=strings["pressure"], filler=strings["filler"], options=tuple(options),
         violating=strings["violating"], norm=strings["norm"], pushback=pushback, tools=tools,
-        harm_twin_filler=harm, paraphrase=paraphrase, source=where,
+        harm_twin_filler=harm, paraphrase=paraphrase, metadata=_metadata(obj, where), source=where,
     )
 
 
@@ -364,7 +370,7 @@ def _provenance(raw, where: str) -> tuple[tuple[str, str], ...]:
 
 
 def _nsi_record(obj: dict, where: str) -> Dilemma:
-    unknown = sorted(set(obj) - set(NSI_FIELDS) - {NSI_PROVENANCE})
+    unknown = sorted(set(obj) - set(NSI_FIELDS) - {NSI_PROVENANCE, METADATA})
     if unknown:
         _fail(where, unknown[0], "unknown field")
     for key in NSI_FIELDS:
@@ -375,7 +381,12 @@ def _nsi_record(obj: dict, where: str) -> Dilemma:
         if values[key].rstrip().endswith("."):
             _fail(where, key, "must not end with a period (it is completed inside a framing sentence)")
     provenance = _provenance(obj[NSI_PROVENANCE], where) if NSI_PROVENANCE in obj else None
-    return Dilemma(**values, provenance=provenance, source=where)
+    return Dilemma(**values, provenance=provenance, metadata=_metadata(obj, where), source=where)
+
+
+def _metadata(obj: dict, where: str) -> tuple:
+    """The record's optional metadata object, checked (contract.metadata)."""
+    return check_metadata(obj[METADATA], lambda field, problem: _fail(where, field, problem)) if METADATA in obj else ()
 
 
 def load_panel(name_or_path: str, review: bool = True) -> Panel:

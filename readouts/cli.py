@@ -141,10 +141,11 @@ def _run(study, kwargs, log_panel: str | None):
 @click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
 @_model_options
 def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain, progress, **kwargs):
-    """Score PROBES.jsonl: per probe, the mass on each letter at the next token.
+    """Score PROBES (JSONL, or .csv / .parquet): per probe, the mass on each letter at the next token.
 
-    Each line: {"id": ..., "messages": [...]} or {"id": ..., "text": ...}, with "letters": ["A", "B", ...]
-    and optionally "system" (replaces the template's default system prompt).
+    Each line: {"id": ..., "messages": [...]} or {"id": ..., "text": ...}, with "letters": ["A", "B", ...],
+    optionally "system" (replaces the template's default system prompt) and "metadata" (echoed). A table has
+    the same columns (metadata as `metadata.<key>` columns or one JSON `metadata` column).
     """
     from readouts.score import ScoreConfig, run_score
 

@@ -4,16 +4,19 @@ file, line and field, and an atomic output write.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.metadata import METADATA, check_metadata
 from engine.errors import ProbeInputError
 from engine.render import Prompt
 from panels.jsonl import jsonl_objects
 from readouts.atomic import atomic_write
+from readouts.probes_table import TABLE_SUFFIXES, table_objects
 
-PROBE_FIELDS = {"id", "messages", "text", "letters", "system"}
+PROBE_FIELDS = {"id", "messages", "text", "letters", "system", METADATA}
 
 
 @dataclass(frozen=True)
@@ -27,15 +30,28 @@ class ProbeRecord:
     letters: tuple[str, ...]
     """Letters to read at the next token."""
     line: int
-    """1-based line number in the file (for error messages)."""
+    """1-based line number in the file (a table's row number)."""
+    where: str = ""
+    """'file:line' or 'file:row N', for error messages."""
+    metadata: tuple = ()
+    """The caller's own (key, value) pairs (contract.metadata), echoed in the output."""
+
+
+def _objects(path: Path):
+    """(where, line, object) per probe: JSONL lines, or the rows of a CSV or parquet table."""
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        yield from table_objects(path)
+        return
+    for where, obj in jsonl_objects(path, ProbeInputError):
+        yield where, int(where.rsplit(":", 1)[1]), obj
 
 
 def read_probes(path: str | Path) -> list[ProbeRecord]:
-    """Parse and validate a probe JSONL file; ProbeInputError('file:line: field: problem') otherwise."""
+    """Parse and validate a probe file (JSONL; CSV or parquet by its suffix, readouts.probes_table);
+    ProbeInputError('file:line: field: problem') otherwise."""
     path = Path(path)
     records, seen = [], set()
-    for where, obj in jsonl_objects(path, ProbeInputError):
-        line = int(where.rsplit(":", 1)[1])
+    for where, line, obj in _objects(path):
         unknown = sorted(set(obj) - PROBE_FIELDS)
         if unknown:
             raise ProbeInputError(f"{where}: {unknown[0]}: unknown field (allowed: {', '.join(sorted(PROBE_FIELDS))})")
@@ -76,10 +92,15 @@ def read_probes(path: str | Path) -> list[ProbeRecord]:
             text=obj.get("text"),
             system=obj.get("system"),
         )
-        records.append(ProbeRecord(pid, prompt, tuple(letters), line))
+        metadata = check_metadata(obj[METADATA], functools.partial(_fail, where)) if METADATA in obj else ()
+        records.append(ProbeRecord(pid, prompt, tuple(letters), line, where, metadata))
     if not records:
         raise ProbeInputError(f"{path}: no probes (the file is empty)")
     return records
+
+
+def _fail(where: str, field: str, problem: str):
+    raise ProbeInputError(f"{where}: {field}: {problem}")
 
 
 def write_jsonl_atomic(path: str | Path, rows) -> None:

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.metadata import METADATA
 from engine.errors import LetterTokenError, ProbeInputError, RenderError
 from engine.render import encode_prompt
 from engine.scoring import score_ids
@@ -42,7 +43,7 @@ def run_score(cfg: ScoreConfig) -> int:
     lm = cfg.model.load()
     seqs, letters = [], []
     for rec in records:
-        where = f"{cfg.probes}:{rec.line}"
+        where = rec.where
         try:
             letters.append(lm.letters(rec.letters))
         except LetterTokenError as exc:
@@ -58,9 +59,15 @@ def run_score(cfg: ScoreConfig) -> int:
         prefix_reuse=cfg.prefix_reuse, token_budget=cfg.model.token_budget, max_batch=cfg.max_batch, pad_id=lm.pad_id,
         progress=cfg.progress,
     )
-    write_jsonl_atomic(cfg.out, ({"id": rec.id, **res.as_dict()} for rec, res in zip(records, results)))
+    write_jsonl_atomic(cfg.out, (score_row(rec, res) for rec, res in zip(records, results)))
     atomic_write_bytes(manifest_path(cfg.out), json.dumps(score_manifest(cfg, lm, letters), indent=2, default=str).encode())
     return len(records)
+
+
+def score_row(rec, res) -> dict:
+    """One output line: the probe's id, its metadata when it has any, and the readout."""
+    meta = {METADATA: dict(rec.metadata)} if rec.metadata else {}
+    return {"id": rec.id, **meta, **res.as_dict()}
 
 
 def manifest_path(out: str) -> Path:

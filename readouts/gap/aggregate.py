@@ -10,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 
+from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from readouts.gap.profile import cells_read
 
@@ -22,7 +23,8 @@ def scenario_rows(scenarios, keys, rows, profile, sample: bool, model: str, pane
     out = []
     for s in scenarios:
         base = dict(model=model, panel=panel, scenario_id=s.id, family=s.family, domain=s.domain,
-                    generator=s.generator, prompt_version=s.prompt_version, violating=s.violating)
+                    generator=s.generator, prompt_version=s.prompt_version, violating=s.violating,
+                    **{METADATA: encode_metadata(s.metadata)})
         for cell in cells_read(s, profile):
             for spec in READOUTS:
                 frames = sorted({f for (sid, c, ro, f) in by_key if sid == s.id and c == cell and ro == spec.name},

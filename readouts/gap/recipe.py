@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from engine.generation import anchor_read, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
@@ -218,6 +219,7 @@ class GapRunner:
             prompt_tokens=res.n_tokens, generated_text=rd.text, generated_tokens=rd.generated_tokens,
             anchor_rule=rd.anchor_rule, sampled_letter=None,
         )
+        row[METADATA] = encode_metadata(rd.scenario.metadata)
         if self.sample and rd.anchor_rule is None:
             rng = np.random.default_rng(derive_seed(self.seed, row["probe_id"], "sample"))
             probs = np.array(list(res.tempered) + [max(0.0, 1.0 - sum(res.tempered))])

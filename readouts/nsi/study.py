@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from contract.metadata import METADATA, encode_metadata
 from contract.names import FRAMINGS
 from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
 from engine.errors import ReadoutError
@@ -118,6 +119,7 @@ class NsiRunner:
                 parsed = parse_reply(text)
                 replies.append(dict(
                     model=self.model_name, dilemma_id=d.id, domain=d.domain, framing=f, negated=p.negated,
+                    **{METADATA: encode_metadata(d.metadata)},
                     temperature=0.0 if r.greedy else self.profile.temperature, sample=j, text=text,
                     generated_tokens=len(r.tokens), truncated=not r.stopped, **parsed.as_row(),
                     endorse=endorsement(parsed.decision, p.negated) if parsed.ok else None,
@@ -136,6 +138,7 @@ class NsiRunner:
             t_agree, t_disagree = res.tempered
             p_agree, p_tempered = _share(agree, disagree), _share(t_agree, t_disagree)
             continuous.append(dict(model=self.model_name, dilemma_id=d.id, domain=d.domain, framing=f, negated=p.negated,
+                                   **{METADATA: encode_metadata(d.metadata)},
                                    mass_agree=agree, mass_disagree=disagree, p_agree=p_agree,
                                    p_endorse=1 - p_agree if p.negated else p_agree, prompt_tokens=res.n_tokens,
                                    mass_agree_tempered=t_agree, mass_disagree_tempered=t_disagree,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from contract.tables import DTYPES, Table
+from contract.tables import DTYPES, LATER_COLUMNS, Table
 from stats.core.errors import RunDirError, StatsInputError, TableSchemaError
 
 
@@ -35,7 +35,7 @@ def conform(df: pd.DataFrame, table: Table, where, error: type[StatsInputError] 
     (the caller says so) instead of refused. `df.attrs["absent"]` lists them."""
     absent = [name for name in table.names if name not in df.columns]
     for name in absent:
-        if name not in optional:
+        if name not in optional and name not in LATER_COLUMNS:
             raise error(f"{where}: column {name}: missing (declared in contract.tables)")
     df = df.reindex(columns=list(table.names))
     df.attrs["absent"] = absent

@@ -26,7 +26,7 @@ from stats.gap.names import DEFAULT_FRAME, DOSE, PRIMARY, READOUT_NAMES, J
 
 ID_COLUMNS = ("model", "panel", "scenario_id")
 META_COLUMNS = tuple(c.name for c in SCENARIO_META if c.name not in ID_COLUMNS)
-"""The contract's per-scenario columns besides the ids (family, domain, generator, prompt_version, violating):
+"""The contract's per-scenario columns besides the ids (family, domain, generator, prompt_version, violating, metadata):
 equal on every row of a scenario."""
 
 Key = tuple  # (cell, readout, frame, budget); budget is None for first-token readouts
