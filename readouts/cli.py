@@ -129,6 +129,13 @@ def _run(study, kwargs, log_panel: str | None):
     run(study, options, log=lambda line: click.echo(line, err=True))
 
 
+def _plan_options(f):
+    """--plan and --gpu: the run's workload and its estimated time, before any weights load."""
+    f = click.option("--gpu", default="h200", show_default=True, help="GPU of the --plan estimate: h200, h100, a100, l40s")(f)
+    return click.option("--plan", is_flag=True, help="print the run's workload per stage and its estimated time on --gpu, "
+                        "without loading the model's weights; nothing is run")(f)
+
+
 @cli.command("score")
 @click.argument("probes", type=click.Path(dir_okay=False))
 @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
@@ -163,9 +170,7 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @click.option("--panel", "-p", default="gap-v2", show_default=True, help="shipped panel name or JSONL path")
 @click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
-@click.option("--plan", is_flag=True, help="print the run's workload per stage and its estimated time on --gpu, "
-              "without loading the model's weights; nothing is run")
-@click.option("--gpu", default="h200", show_default=True, help="GPU of the --plan estimate: h200, h100, a100, l40s")
+@_plan_options
 @_run_options(default_seed=0, profiles=tuple(GAP_PROFILES))
 def run_cmd(panel, readouts, sample, **kwargs):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
@@ -203,6 +208,7 @@ def merge_cmd(run_dir, shards):
 @click.option("--model", "-m", required=True, help="alias, local folder or HF id (needs a chat template)")
 @click.option("--panel", "-p", default="nsi-14", show_default=True)
 @click.option("--samples", default=None, type=int, help="sampled replies per dilemma x framing (default: the profile's; paper 30)")
+@_plan_options
 @_run_options(default_seed=42)
 def nsi_cmd(panel, samples, **kwargs):
     """Framing-stability audit: F0-F3 replies parsed, and P(agree) read exactly at the decision field."""

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from engine.batching import DEFAULT_BOUNDS
 from engine.errors import ReadoutError
+from engine.planner import plan_prefix_groups, planned_tokens
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,12 @@ class StageWork:
     """Read positions (probe rows)."""
     decode_batches: list = field(default_factory=list)
     """Per chunk: (rows, prompt tokens, longest budget) of its decoding, for the decode estimate."""
+
+
+def shared_tokens(seqs) -> int:
+    """Tokens run for `seqs` after dropping duplicates and sharing prefixes (the engine's plan)."""
+    unique = list(dict.fromkeys(seqs))
+    return planned_tokens(unique, plan_prefix_groups(unique)) if unique else 0
 
 
 @dataclass(frozen=True)

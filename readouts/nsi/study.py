@@ -197,6 +197,12 @@ class NsiStudy:
     def work(self, record, profile) -> int:
         return len(FRAMINGS) * (1 + profile.samples)
 
+    def workload(self, tokenizer, chunks, profile, seed: int):
+        """The run's workload per stage without a model (`--plan`; readouts/nsi/plan.py)."""
+        from readouts.nsi.plan import nsi_workload
+
+        return nsi_workload(tokenizer, chunks, profile, tuple(tokenizer.encode(DECISION_PREFIX, add_special_tokens=False)))
+
     def runner(self, lm, profile, seed, options, bar):
         return NsiRunner(lm, profile, seed, options.model.model, self.words, bar=bar)
 

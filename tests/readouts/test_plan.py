@@ -15,6 +15,7 @@ from readouts.cli import main
 from readouts.driver import ModelOptions, RunOptions, plan_run, run
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
+from readouts.nsi.study import NsiStudy
 from readouts.plan import GPUS, ModelSize, StageWork, estimate
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="plan-test", max_units=2, chunk_size=1,
@@ -91,3 +92,23 @@ def test_model_size_from_the_config(name):
     lm = get_model(name)
     built = sum(p.numel() for p in lm.model.parameters())
     assert abs(model_size(lm.model.config).params - built) <= 0.01 * built
+
+
+def test_the_nsi_plan_is_the_nsi_run(tmp_path, monkeypatch):
+    options = RunOptions(model=ModelOptions("tiny-olmo3"), panel="nsi-14", profile="quick", out=str(tmp_path / "nsi"),
+                         overrides=("samples=1", "budget=6", "max_units=3"), progress=False)
+    with monkeypatch.context() as m:
+        for module in (loading, driver):
+            m.setattr(module, "load_model", lambda *a, **k: pytest.fail("--plan loaded a model"))
+        rows, size, _ = plan_run(NsiStudy(), options, "a100")
+    planned = {r["stage"]: r for r in rows}
+    path = run(NsiStudy(), options, log=lambda _: None)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["last_session"]["items_by_stage"] == {"replies": planned["replies"]["reads"],
+                                                          "continuous": planned["continuous"]["reads"]}
+    replies, continuous = pd.read_parquet(path / "nsi_replies.parquet"), pd.read_parquet(path / "nsi_continuous.parquet")
+    assert planned["continuous"]["prompt_tokens"] == continuous.prompt_tokens.sum()
+    assert planned["replies"]["rollouts"] == len(replies) and planned["replies"]["generated_max"] == 6 * len(replies)
+    assert 0 < replies.generated_tokens.sum() <= planned["replies"]["generated_max"]
+    assert 0 < planned["replies"]["computed_tokens"] < planned["replies"]["prompt_tokens"]  # framings share a prefix
+    assert planned["total"]["total_s"] > 0
