@@ -1,0 +1,52 @@
+"""`readout report`: one self-contained HTML page over run directories and results folders.
+
+`gather` (readouts/report/gather.py) reads what the runs and the stats commands wrote; `page`
+(readouts/report/render.py) formats it; `write_report` writes the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from engine.errors import ReadoutError
+from readouts.atomic import atomic_write_bytes
+from readouts.report.gather import DEFAULT_ITEMS, gather
+from readouts.report.render import page
+
+
+def default_out(paths) -> Path:
+    if len(paths) != 1:
+        raise ReadoutError("--out: required when several folders are given")
+    return Path(paths[0]) / "report.html"
+
+
+def write_report(paths, out: str | Path | None = None, max_items: int = DEFAULT_ITEMS) -> list[str]:
+    """Write the HTML report of `paths` to `out` (default FOLDER/report.html for one folder); returns the log lines."""
+    if not paths:
+        raise ReadoutError("report: give at least one run directory or results folder")
+    if max_items < 0:
+        raise ReadoutError(f"--items: must be >= 0, got {max_items}")
+    target = Path(out) if out is not None else default_out(paths)
+    report = gather(paths, max_items=max_items)
+    atomic_write_bytes(target, page(report).encode("utf-8"))
+    lines = [f"warning: {s.path}: {n}" for s in report.sections for n in s.notes]
+    figures = sum(len(s.figures) for s in report.sections)
+    items = sum(len(s.items) for s in report.sections)
+    lines.append(f"wrote {target} ({len(report.sections)} sections, {figures} figures, {items} drill-down items)")
+    return lines
+
+
+@click.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", default=None, type=click.Path(dir_okay=False),
+              help="HTML file to write (default FOLDER/report.html; required for several folders)")
+@click.option("--items", "max_items", default=DEFAULT_ITEMS, show_default=True, type=int,
+              help="scenarios (dilemmas) per run in the drill-down")
+def report_cmd(paths, out, max_items):
+    """One self-contained HTML page over gap runs, NSI runs and comparison folders: figures, tables, the
+    manifest and a per-scenario drill-down (prompts, rollouts, letter masses). Reads each run's stats/ folder
+    as `readout stats` / `readout nsi-stats` wrote it (run those first for the figures)."""
+    for line in write_report(list(paths), out, max_items):
+        click.echo(line)

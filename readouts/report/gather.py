@@ -1,0 +1,163 @@
+"""What an HTML report shows, gathered from disk into plain data (readouts/report/render.py writes the page).
+
+One section per folder given: a gap run (its `stats/` folder from `readout stats`, its manifest and a drill-down
+over its scenarios), an NSI run (`readout nsi-stats`'s `stats/`, the manifest, a drill-down over dilemmas), or a
+results folder (`readout compare` output, or any stats folder): figures, tables and its markdown report.
+Nothing is computed here that the stats commands compute: a run without `stats/` gets a note saying which command
+writes it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from contract.tables import NSI_REPLIES, PROBES
+from engine.errors import ReadoutError
+from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, scenario_views
+
+#: Markdown reports the stats commands write, in the order one is looked for in a folder.
+REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
+#: Rows of a CSV table shown in the page (the rest stays in the file).
+MAX_TABLE_ROWS = 300
+#: Items (scenarios, dilemmas) a run's drill-down shows by default.
+DEFAULT_ITEMS = 25
+#: What writes a run's stats folder, per run kind.
+STATS_COMMAND = {"gap": "readout stats", "nsi": "readout nsi-stats"}
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    caption: str
+    png: bytes
+
+
+@dataclass(frozen=True)
+class TableData:
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    total_rows: int
+
+
+@dataclass
+class Section:
+    """One folder of the report."""
+
+    kind: str
+    """gap, nsi or results."""
+    title: str
+    path: str
+    manifest: dict | None = None
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    """(label, value) lines about the run: model, panel, profile, seed, created, complete."""
+    notes: list[str] = field(default_factory=list)
+    markdown: str | None = None
+    """The stats report's markdown text (rendered in the page), or None."""
+    markdown_name: str | None = None
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[TableData] = field(default_factory=list)
+    items: list[ScenarioView | DilemmaView] = field(default_factory=list)
+    items_total: int = 0
+
+
+@dataclass
+class Report:
+    sections: list[Section]
+    created: str
+
+
+def _cell(x) -> str:
+    if isinstance(x, float):
+        return "" if pd.isna(x) else f"{x:.4g}"
+    return "" if x is None or (not isinstance(x, (list, tuple)) and pd.isna(x)) else str(x)
+
+
+def read_csv_table(path: Path, limit: int = MAX_TABLE_ROWS) -> TableData:
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise ReadoutError(f"{path}: not a readable CSV table ({str(exc).splitlines()[0]})") from None
+    rows = tuple(tuple(_cell(v) for v in row) for row in df.head(limit).itertuples(index=False))
+    return TableData(path.name, tuple(str(c) for c in df.columns), rows, len(df))
+
+
+def _captions(markdown: str | None) -> dict[str, str]:
+    """`- \\`fig.png\\`: caption` lines of a stats report's file list -> {file: caption}."""
+    out = {}
+    for m in re.finditer(r"^- `([^`]+\.png)`(?::\s*(.*))?$", markdown or "", re.MULTILINE):
+        out[m.group(1)] = (m.group(2) or "").strip()
+    return out
+
+
+def read_results(folder: Path, section: Section) -> None:
+    """A stats or comparison folder's markdown report, figures (PNG) and tables (CSV) into `section`."""
+    md = next((folder / n for n in REPORT_FILES if (folder / n).is_file()), None)
+    if md is not None:
+        section.markdown, section.markdown_name = md.read_text(encoding="utf-8"), md.name
+    captions = _captions(section.markdown)
+    listed = list(captions)  # the report's own order (by figure number), then any other figure by name
+    pngs = sorted(folder.glob("*.png"), key=lambda p: (listed.index(p.name) if p.name in listed else len(listed), p.name))
+    section.figures = [Figure(p.name, captions.get(p.name, ""), p.read_bytes()) for p in pngs]
+    section.tables = [read_csv_table(p) for p in sorted(folder.glob("*.csv"))]
+
+
+def _facts(manifest: dict) -> list[tuple[str, str]]:
+    model = manifest.get("model") or {}
+    panel = manifest.get("panel") or {}
+    profile = manifest.get("profile") or {}
+    facts = [("model", model.get("name") if isinstance(model, dict) else str(model)),
+             ("panel", f"{panel.get('name')} ({len(panel.get('records_read') or [])} records read)" if panel else None),
+             ("kind", manifest.get("kind")), ("profile", profile.get("name") if isinstance(profile, dict) else profile),
+             ("seed", manifest.get("seed")), ("device", manifest.get("device")), ("created", manifest.get("created")),
+             ("complete", manifest.get("complete")), ("git commit", manifest.get("git_commit"))]
+    return [(k, str(v)) for k, v in facts if v is not None]
+
+
+def run_section(path: Path, max_items: int) -> Section:
+    """A gap or NSI run directory: manifest, its stats folder (if written) and the drill-down."""
+    run = open_run(path)
+    model = ((run.manifest.get("model") or {}).get("name")) or "?"
+    panel = ((run.manifest.get("panel") or {}).get("name")) or "?"
+    label = "Judgment-action run" if run.kind == "gap" else "Framing-stability (NSI) run"
+    section = Section(run.kind, f"{label}: {model} on {panel}", str(path), manifest=run.manifest, facts=_facts(run.manifest))
+    if not run.manifest:
+        section.notes.append(f"{path}/manifest.json is missing or unreadable")
+    stats = path / "stats"
+    if stats.is_dir() and any(stats.iterdir()):
+        read_results(stats, section)
+    else:
+        section.notes.append(f"no stats folder: run `{STATS_COMMAND[run.kind]} {path}` first for the figures and tables "
+                             "(this section shows the manifest and the drill-down only)")
+    ids = run.ids[:max_items]
+    section.items = scenario_views(run, ids) if run.kind == "gap" else dilemma_views(run, ids)
+    section.items_total = len(run.ids)
+    return section
+
+
+def results_section(path: Path) -> Section:
+    """A folder of results without run tables (`readout compare` output, a stats folder)."""
+    section = Section("results", f"Results: {path.name}", str(path))
+    read_results(path, section)
+    if section.markdown is None and not section.figures and not section.tables:
+        raise ReadoutError(f"{path}: not a run directory or a results folder (no {PROBES.file}, {NSI_REPLIES.file}, "
+                           f"{' / '.join(REPORT_FILES)}, figures or tables)")
+    if section.markdown_name == "compare_report.md":
+        section.title = f"Comparison: {path.name}"
+    return section
+
+
+def gather(paths, max_items: int = DEFAULT_ITEMS) -> Report:
+    """The report's data: one section per folder, in the order given."""
+    sections = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise ReadoutError(f"{p}: not a folder (give run directories or results folders)")
+        is_run = (p / PROBES.file).is_file() or (p / NSI_REPLIES.file).is_file()
+        sections.append(run_section(p, max_items) if is_run else results_section(p))
+    return Report(sections, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -1,0 +1,127 @@
+"""probes.parquet stores the prompt the model read, and `readout show RUN_DIR ID` prints one scenario (gap run) or
+one dilemma (NSI run): prompts, rollouts, read rules, letter masses; one-line errors for an unknown id or a folder
+without run tables; an older run without the prompt column still shows."""
+
+import dataclasses
+import shutil
+
+import pandas as pd
+import pytest
+
+from contract.readouts import readout as readout_spec
+from contract.tables import PROMPT_TEXT
+from engine.render import encode_prompt
+from panels.frames import render
+from panels.schema import load_panel
+from readouts.cli import main
+from readouts.driver import ModelOptions, RunOptions
+from readouts.driver import run as run_study
+from readouts.gap import profile as gap_profile
+from readouts.gap.recipe import orders_for, prompt_of
+from readouts.gap.study import GapStudy
+from readouts.nsi import study as nsi_module
+from readouts.nsi.study import NsiProfile, NsiStudy
+from tests.conftest import get_model
+
+TINY_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="show-test", max_units=2,
+                                   orders={"D": 2, "J0": 1, "control": 1, "raw": 1}, j_samples=1, j_budget=5,
+                                   dose_budget=4, dose_brief_budget=3, dose_samples=1, chunk_size=2)
+
+
+def make_gap_run(path, readouts="D,J"):
+    """A two-scenario judgment-action run on tiny-qwen2 (seconds)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(gap_profile.PROFILES, TINY_PROFILE.name, TINY_PROFILE)
+        options = RunOptions(model=ModelOptions("tiny-qwen2"), profile=TINY_PROFILE.name, out=str(path), progress=False)
+        return run_study(GapStudy(readouts=readouts), options, log=lambda _: None)
+
+
+def make_nsi_run(path):
+    """An NSI run on tiny-llama3 with one sampled reply and a short budget."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(nsi_module.PROFILES, "quick", NsiProfile(name="quick", chunk_size=7, samples=1, budget=8))
+        options = RunOptions(model=ModelOptions("tiny-llama3"), overrides=("samples=1",), out=str(path), progress=False)
+        return run_study(NsiStudy(), options, log=lambda _: None)
+
+
+@pytest.fixture(scope="module")
+def gap_run(tmp_path_factory):
+    return make_gap_run(tmp_path_factory.mktemp("show") / "gap")
+
+
+def cli(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_probes_store_the_prompt_the_model_read(gap_run):
+    probes = pd.read_parquet(gap_run / "probes.parquet")
+    assert probes[PROMPT_TEXT].notna().all()
+    tok = get_model("tiny-qwen2").tokenizer
+    scenario = load_panel("gap-v2").get(probes.scenario_id.iloc[0])
+    for readout, frame in (("D", "agent"), ("J", "judge_2")):
+        row = probes[(probes.scenario_id == scenario.id) & (probes.readout == readout) & (probes.frame == frame)
+                     & (probes.cell == "primary")].iloc[0]
+        spec = readout_spec(readout)
+        orders = orders_for(scenario, spec, TINY_PROFILE, 0)
+        k = row.order_index if readout == "D" else spec.frames.index(frame)
+        ids = encode_prompt(tok, prompt_of(render(scenario, frame, "primary", orders[k])))
+        # The prompt alone, as tokenized (chat template applied): for J without the generated text or the anchor.
+        assert row[PROMPT_TEXT] == tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        assert row[PROMPT_TEXT].startswith("<|im_start|>system") and row[PROMPT_TEXT].endswith("<|im_start|>assistant\n")
+
+
+def test_show_prints_prompts_rollouts_rules_and_masses(gap_run, capsys):
+    probes = pd.read_parquet(gap_run / "probes.parquet")
+    sid = probes.scenario_id.iloc[-1]
+    code, out, err = cli(["show", str(gap_run), sid], capsys)
+    assert code == 0 and err == ""
+    assert out.startswith(f"scenario {sid}, family ")
+    mine = probes[probes.scenario_id == sid]
+    # every prompt once per cell x readout x frame x order, every read's masses, every rollout's text and rule
+    assert out.count("   prompt:") == len(mine.groupby(["cell", "readout", "frame", "order_index"]))
+    assert out.count("masses: ") == len(mine)
+    j = mine[mine.readout == "J"]
+    assert out.count("read rule ") == len(j) and all(f"read rule {r}" in out for r in j.anchor_rule)
+    assert all(f"   > {text.splitlines()[0]}\n" in out for text in j.generated_text if text.strip())
+    assert "== cell primary / readout D ==" in out and "== cell twin / readout J ==" in out
+    assert out.index("== cell primary / readout D ==") < out.index("== cell primary / readout J ==") < out.index("== cell twin")
+    first = mine[mine.readout == "D"].iloc[0]
+    assert first[PROMPT_TEXT].splitlines()[3] in out  # the prompt's lines are printed
+    order = " ".join(f"{letter}={opt}" for letter, opt in zip(first.letters, first.order.split(",")))
+    assert f"-- frame agent, order {first.order_index} ({order})" in out
+    assert "aggregate primary/J/judge:" in out
+
+
+def test_unknown_id_and_folder_without_tables_are_one_line(gap_run, tmp_path, capsys):
+    code, out, err = cli(["show", str(gap_run), "no-such-scenario"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    ids = pd.read_parquet(gap_run / "probes.parquet").scenario_id.unique()
+    assert str(gap_run) in err and "'no-such-scenario'" in err and ids[0] in err
+    code, out, err = cli(["show", str(tmp_path), "x"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(tmp_path) in err and "probes.parquet" in err
+
+
+def test_older_run_without_prompt_column_still_shows(gap_run, tmp_path, capsys):
+    old = tmp_path / "old"
+    shutil.copytree(gap_run, old)
+    path = old / "probes.parquet"
+    pd.read_parquet(path).drop(columns=[PROMPT_TEXT]).to_parquet(path, index=False)
+    sid = pd.read_parquet(path).scenario_id.iloc[0]
+    code, out, _ = cli(["show", str(old), sid], capsys)
+    assert code == 0 and "(not stored: this run predates probes.parquet's prompt_text" in out
+    assert out.count("masses: ") == int((pd.read_parquet(path).scenario_id == sid).sum())
+
+
+def test_show_an_nsi_dilemma(tmp_path, capsys):
+    run = make_nsi_run(tmp_path / "nsi")
+    replies = pd.read_parquet(run / "nsi_replies.parquet")
+    did = replies.dilemma_id.iloc[0]
+    code, out, _ = cli(["show", str(run), did], capsys)
+    assert code == 0 and out.startswith(f"dilemma {did}")
+    assert [line.split()[2] for line in out.splitlines() if line.startswith("== framing")] == ["F0", "F1", "F2", "F3"]
+    assert out.count("   reply ") == int((replies.dilemma_id == did).sum())
+    assert out.count("continuous: mass_agree") == 4 and "message (before the chat template):" in out
+    assert load_panel("nsi-14").get(did).scenario.splitlines()[0] in out
