@@ -1,7 +1,8 @@
 """The gap paper's analyses across run directories, as data (`stats.gap.compare_report` writes them).
 
-Owns: each run's role (lineage and post-training stage: base, sft, dpo, final), the checkpoint sweep
-(one lineage's stages paired on shared scenarios, Figure 6), the three-cell contrast (base vs instruct
+Owns: each run's role (lineage and stage: base, sft, dpo, final, or any checkpoint along a lineage, ordered
+by the step its name carries, rl-200, step-1000, step_1000, or by a given order), the checkpoint sweep (one
+lineage's stages paired on shared scenarios, Figure 6, any number of them), the three-cell contrast (base vs instruct
 in the raw frame, Tables 6 and 15-17, Figure 9), the chat-vs-raw bridge for each instruct model, and the
 cross-recipe table (Table 7: per model the unscreened excess, the own-screen excess with n and
 detection bar, the same minus the selection-matched null, and the known-gap control; Figure 7).
@@ -9,12 +10,12 @@ detection bar, the same minus the selection-matched null, and the known-gap cont
 Roles come from each run's manifest (`model.lineage`, `model.stage`, `model.base_lineage`), which the
 run copies from the model registry (engine/data/models.toml): the registry, not this module, says that
 Tulu 3 is post-trained from Llama-3.1-8B's base weights. A `roles` mapping (run directory or model name ->
-"lineage:stage") overrides the manifest; a run with neither is its own lineage's final model.
+"lineage:stage") overrides the manifest; a run with neither is its own lineage's final model. An `order`
+(stage names) orders the stages it lists; every non-base stage of a lineage is listed in it, or none.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from contract.names import STAGES, stage_step
 from stats.core.bootstrap import estimates_from
 from stats.core.errors import CompareError
 from stats.core.estimate import Estimate
@@ -32,18 +34,26 @@ from stats.gap.control import passes_bar
 from stats.gap.names import CHAT, PRIMARY, TWIN
 from stats.gap.screen import above_floor, gate_mask
 
-STAGES = ("base", "sft", "dpo", "final")
-_RL = re.compile(r"rl-(\d+)")
+ALL_PAIRS_UP_TO = 4
+"""A sweep of up to this many stages reports the step between every pair of them; a longer one the steps
+between neighbours and the last minus the first (n(n-1)/2 pairs would swamp the table)."""
+_RANK = {"sft": 1, "dpo": 2, "final": 4}
 
 
-def stage_key(stage: str) -> float:
-    """Order of post-training stages: base, sft, dpo, rl-<step> by step, final."""
-    if stage in STAGES:
-        return float(STAGES.index(stage)) + (1.0 if stage == "final" else 0.0)
-    m = _RL.fullmatch(stage)
-    if m is None:
-        raise CompareError(f"roles: stage {stage!r} is not one of {', '.join(STAGES)} or rl-<step>")
-    return 2.0 + 1.0 - 1.0 / (2.0 + int(m.group(1)))  # between dpo (2) and final (4), increasing with the step
+def stage_key(stage: str, order: Sequence[str] = ()) -> tuple:
+    """Where a stage sorts in its lineage: base first; the stages listed in `order` in that order; otherwise
+    sft, dpo, the stages that carry a step (rl-10, step-1000, step_1000 ...) by step, then final."""
+    if stage == "base":
+        return (0, 0, "")
+    if stage in order:
+        return (1, list(order).index(stage), "")
+    if stage in _RANK:
+        return (_RANK[stage], 0, "")
+    step = stage_step(stage)
+    if step is None:
+        raise CompareError(f"roles: stage {stage!r} is not one of {', '.join(STAGES)}, carries no step (rl-200, "
+                           f"step-1000) and is not in the given order (--order)")
+    return (3, step, stage)
 
 
 @dataclass(frozen=True)
@@ -76,16 +86,17 @@ class RecipeRow:
     """The control's 95% lower bound clears the validation bar (None: no control run)."""
 
 
-def role_of(manifest: Mapping, model: str, path: Path, roles: Mapping[str, str] | None) -> Role:
+def role_of(manifest: Mapping, model: str, path: Path, roles: Mapping[str, str] | None,
+            order: Sequence[str] = ()) -> Role:
     """A run's role: from `roles` (by run directory, its name, or the model), else from its manifest."""
     for key in (str(path), path.name, model):
         if roles and key in roles:
             lineage, _, stage = str(roles[key]).partition(":")
-            stage_key(stage)
+            stage_key(stage, order)
             return Role(lineage, stage)
     facts = manifest.get("model") if isinstance(manifest.get("model"), Mapping) else {}
     if facts.get("lineage") and facts.get("stage"):
-        stage_key(facts["stage"])
+        stage_key(facts["stage"], order)
         return Role(facts["lineage"], facts["stage"], facts.get("base_lineage"))
     return Role(model, "final")
 
@@ -96,7 +107,7 @@ class Sweep:
 
     lineage: str
     stages: tuple[str, ...]
-    """The post-training stages present (sft, dpo, final), in order."""
+    """The lineage's stages present besides the base (sft, dpo, final, rl-200, step-1000 ...), in order."""
     estimates: tuple[Estimate, ...]
     rows: tuple[dict, ...]
     """Per stage (and the base in the raw frame): the estimates the figure draws."""
@@ -136,9 +147,12 @@ class Comparison:
 
 
 def compare(analyses: Sequence[RunAnalysis], seed: int, n_boot: int, floor: float, gate: tuple[str, ...],
-            roles: Mapping[str, str] | None = None) -> Comparison:
-    """The cross-recipe table, checkpoint sweeps, three-cell contrasts and bridges the runs allow."""
-    role = {id(a): role_of(a.run.manifest, a.model, a.run.path, roles) for a in analyses}
+            roles: Mapping[str, str] | None = None, order: Sequence[str] = ()) -> Comparison:
+    """The cross-recipe table, checkpoint sweeps, three-cell contrasts and bridges the runs allow; `order`
+    orders the stages it lists (else by name: sft, dpo, steps, final)."""
+    order = tuple(order)
+    role = {id(a): role_of(a.run.manifest, a.model, a.run.path, roles, order) for a in analyses}
+    _check_order(role.values(), order)
     base_lineages = {r.lineage: r.base_lineage for r in role.values() if r.base_lineage}
     chat = [a for a in analyses if raw.has_frame(a.run, "chat")]
     with_raw = [a for a in analyses if raw.has_frame(a.run, "raw")]
@@ -147,13 +161,14 @@ def compare(analyses: Sequence[RunAnalysis], seed: int, n_boot: int, floor: floa
         return next((a for a in with_raw if role[id(a)].stage == "base"
                      and role[id(a)].lineage in (lineage, base_lineages.get(lineage, lineage))), None)
 
-    recipe = _recipe(chat, role, base_of)
-    sweeps = _sweeps(chat, role, base_of, floor, gate, seed, n_boot)
+    recipe = _recipe(chat, role, base_of, order)
+    sweeps = _sweeps(chat, role, base_of, floor, gate, seed, n_boot, order)
     three = _three_cells(with_raw, role, base_of, floor, gate, seed, n_boot)
     bridges = _bridges(chat, with_raw, floor, gate, seed, n_boot)
     skipped = [why for done, why in (
         (recipe, "cross-recipe table: no run has D and J on primary and twin"),
-        (sweeps, "checkpoint sweep: needs two or more of a lineage's sft / dpo / final runs with D and J"),
+        (sweeps, "checkpoint sweep: needs two or more of a lineage's stages besides the base (sft, dpo, final, "
+                 "rl-200, step-1000 ...) with D and J"),
         (three, "three-cell contrast: needs a base run and its lineage's final instruct run, both with raw_D "
                 "and raw_J"),
         (bridges, "bridge: no instruct model was read both under its template (D, J) and raw (raw_D, raw_J)"))
@@ -162,10 +177,24 @@ def compare(analyses: Sequence[RunAnalysis], seed: int, n_boot: int, floor: floa
                       tuple(three), tuple(bridges), tuple(skipped))
 
 
-def _recipe(chat, role, base_of) -> list[RecipeRow]:
+def _check_order(roles, order: tuple[str, ...]) -> None:
+    """An order lists every non-base stage of a lineage or none of them (a partial one would leave the rest
+    without a place)."""
+    by_lineage: dict[str, set[str]] = defaultdict(set)
+    for r in roles:
+        if r.stage != "base":
+            by_lineage[r.lineage].add(r.stage)
+    for lineage, stages in sorted(by_lineage.items()):
+        listed = stages & set(order)
+        if listed and listed != stages:
+            raise CompareError(f"--order: lineage {lineage}: {', '.join(sorted(stages - listed))} not listed while "
+                               f"{', '.join(sorted(listed))} are; list every stage of a lineage, or none")
+
+
+def _recipe(chat, role, base_of, order) -> list[RecipeRow]:
     """The cross-recipe table (Table 7): each chat model, by lineage and stage."""
     rows = []
-    for a in sorted(chat, key=lambda a: (role[id(a)].lineage, stage_key(role[id(a)].stage))):
+    for a in sorted(chat, key=lambda a: (role[id(a)].lineage, stage_key(role[id(a)].stage, order))):
         r = role[id(a)]
         base = base_of(r.lineage)
         ctl = a.get("control", "control_move")
@@ -178,13 +207,13 @@ def _recipe(chat, role, base_of) -> list[RecipeRow]:
     return rows
 
 
-def _sweeps(chat, role, base_of, floor, gate, seed, n_boot) -> list[Sweep]:
+def _sweeps(chat, role, base_of, floor, gate, seed, n_boot, order) -> list[Sweep]:
     by_lineage: dict[str, dict[str, RunAnalysis]] = defaultdict(dict)
     for a in chat:
         by_lineage[role[id(a)].lineage].setdefault(role[id(a)].stage, a)
     out = []
     for lineage, stages in sorted(by_lineage.items()):
-        present = sorted((s for s in stages if s != "base"), key=stage_key)
+        present = sorted((s for s in stages if s != "base"), key=lambda s: stage_key(s, order))
         if len(present) < 2:
             continue
         ests, rows = _sweep(lineage, [stages[s] for s in present], present, base_of(lineage), floor, gate, seed, n_boot)
@@ -233,9 +262,8 @@ def _sweep(lineage: str, runs: list[RunAnalysis], stages: list[str], base: RunAn
         cols[f"E {s}"] = (p_d - p_j) - (p_dt - p_jt)
         fl = above_floor(a.run, PRIMARY, CHAT, floor) & above_floor(a.run, TWIN, CHAT, floor)
         ok &= fl[pos] & gate_mask(a.run, gate)[pos] & ~np.isnan(cols[f"E {s}"])
-    for i in range(len(stages)):
-        for j in range(i + 1, len(stages)):
-            cols[f"{stages[j]} - {stages[i]}"] = cols[f"E {stages[j]}"] - cols[f"E {stages[i]}"]
+    for i, j in _pairs(len(stages)):
+        cols[f"{stages[j]} - {stages[i]}"] = cols[f"E {stages[j]}"] - cols[f"E {stages[i]}"]
     x = np.column_stack(list(cols.values()))
     ests = estimates_from("sweep", "unscreened", list(cols), x[ok], rng_for(seed, f"sweep/{lineage}"), n_boot)
     final = runs[stages.index("final")] if "final" in stages else runs[-1]
@@ -252,6 +280,13 @@ def _sweep(lineage: str, runs: list[RunAnalysis], stages: list[str], base: RunAn
         rows.append({"stage": s, "unscreened": find_estimate(ests, f"E {s}", "unscreened"),
                      "screened": find_estimate(ests, f"E {s}", "final screen")})
     return ests, rows
+
+
+def _pairs(n: int) -> list[tuple[int, int]]:
+    """The (earlier, later) stage pairs whose step a sweep reports (see ALL_PAIRS_UP_TO)."""
+    if n <= ALL_PAIRS_UP_TO:
+        return [(i, j) for i in range(n) for j in range(i + 1, n)]
+    return [(i, i + 1) for i in range(n - 1)] + [(0, n - 1)]
 
 
 def find_estimate(ests: Sequence[Estimate], quantity: str, subset: str) -> Estimate | None:

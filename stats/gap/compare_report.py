@@ -28,13 +28,14 @@ OWN_FILES = ("cross_recipe.csv", "compare_estimates.csv", "compare_report.md", "
 
 def compare_runs(run_dirs: Sequence, out_dir, seed: int = 0, n_boot: int = 10_000, *,
                  mass_floor: float = DEFAULT_MASS_FLOOR, gate: Sequence[str] = GATE_FAMILIES,
-                 roles: Mapping[str, str] | None = None) -> list[str]:
-    """Analyse several run directories together; write tables, figures and compare_report.md to out_dir."""
+                 roles: Mapping[str, str] | None = None, order: Sequence[str] = ()) -> list[str]:
+    """Analyse several run directories together; write tables, figures and compare_report.md to out_dir.
+    `order`: stage names in the order a lineage's sweep plots them (else sft, dpo, steps by step, final)."""
     if not run_dirs:
         raise CompareError("compare: no run directories given")
     gate = tuple(gate)
     analyses = [analyze(load_run(d), seed=seed, n_boot=n_boot, floor=mass_floor, gate=gate) for d in run_dirs]
-    c = compare(analyses, seed, n_boot, mass_floor, gate, roles)
+    c = compare(analyses, seed, n_boot, mass_floor, gate, roles, order)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for pattern in OWN_FILES:

@@ -1,0 +1,301 @@
+"""`readout sweep`: the gap study over a list of checkpoints or revisions, one run directory each, then one
+`readout compare` over all of them.
+
+Every checkpoint gets a role (lineage:stage), in this order: `--stage NAME=lineage:stage`; the second column
+of its line in the list file; the registry's lineage and stage for a registered alias given without a
+revision; otherwise lineage = `--lineage` (default: the registry's lineage of NAME, or NAME, for NAME@REV;
+the sweep folder's name for anything else) and stage = the revision (NAME@step_1000 -> step_1000) or the
+folder's name (./ckpts/step-1000 -> step-1000). Compare orders stages by the step their names carry; when a
+lineage has a stage that carries none, by the order of the list.
+
+The sweep folder holds `sweep.toml` (a user registry naming each checkpoint with its role, which every run's
+manifest therefore records with its sha256), `runs/<label>/` (one run directory per checkpoint: a killed run
+resumes), `sweep.json` (what each finished run was asked; a re-run skips a finished run asked the same) and
+`compare/` (the comparison).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import click
+
+from contract.names import STAGE_NAME
+from engine.errors import ReadoutError
+from readouts.gap.profile import PROFILES as GAP_PROFILES
+
+_SPEC_FIELDS = ("source", "hf_id", "revision", "family", "chat", "path", "lineage", "stage", "base_lineage")
+"""The registry fields a sweep.toml entry carries over from the checkpoint's resolved spec."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint of a sweep."""
+
+    given: str
+    """The name as listed (an alias, a folder, an HF id, each optionally @revision)."""
+    label: str
+    """Its run directory's name under runs/, and its alias in sweep.toml."""
+    lineage: str
+    stage: str
+    alias: str
+    """The name its run loads: a registered alias used as is, or `label` (defined in sweep.toml)."""
+    entry: dict | None
+    """Its sweep.toml entry (None: a registered alias whose own lineage and stage are its role)."""
+
+
+def listed(models: Sequence[str], list_file: str | None) -> list[tuple[str, str | None]]:
+    """(name, role or None) in order: each `--model`, then the list file's lines (`NAME [lineage:stage]`; `#`
+    starts a comment; a relative folder is read from the file's folder). `NAME@r1,r2` gives one per revision."""
+    items = [(m, None) for m in models]
+    if list_file is not None:
+        path = Path(list_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ReadoutError(f"{list_file}: --list: cannot read ({exc.strerror or exc})") from None
+        for n, line in enumerate(lines, 1):
+            parts = line.split("#", 1)[0].split()
+            if not parts:
+                continue
+            if len(parts) > 2 or (len(parts) == 2 and ":" not in parts[1]):
+                raise ReadoutError(f"{list_file}: line {n}: must be NAME or NAME lineage:stage, got '{line.strip()}'")
+            name = str(path.parent / parts[0]) if (path.parent / parts[0]).exists() else parts[0]
+            items.append((name, parts[1] if len(parts) == 2 else None))
+    out = []
+    for name, role in items:
+        base, at, revs = name.rpartition("@")
+        if at and base and "," in revs and not Path(name).exists():
+            out += [(f"{base}@{r.strip()}", role) for r in revs.split(",") if r.strip()]
+        else:
+            out.append((name, role))
+    if not out:
+        raise ReadoutError("--model: no checkpoints given (--model NAME, repeated, or --list FILE)")
+    return out
+
+
+def _role(text: str, where: str) -> tuple[str, str]:
+    lineage, sep, stage = text.partition(":")
+    if not sep or not lineage or not re.fullmatch(STAGE_NAME, stage):
+        raise ReadoutError(f"{where}: '{text}' must look like lineage:stage, e.g. mine:step-1000")
+    return lineage, stage
+
+
+def plan(items: Sequence[tuple[str, str | None]], stages: Mapping[str, str], lineage: str | None,
+         default_lineage: str) -> list[Checkpoint]:
+    """Each listed checkpoint resolved (in the registry in force) and given its label, role and sweep.toml entry;
+    bad names and clashing roles fail here, before any model loads."""
+    from engine.registry import registry, resolve
+
+    known, labels, roles, out = registry(), set(), {}, []
+    unused = set(stages)
+    for given, listed_role in items:
+        spec = resolve(given)
+        base, at, revision = given.rpartition("@")
+        revision = revision if at and base and spec.revision == revision else None
+        name = base if revision else given
+        short = name if name in known else Path(name).name if spec.source == "local" else name.split("/")[-1]
+        label = _label(short, revision)
+        label = next(f"{label}-{i}" if i else label for i in range(len(items) + 1)
+                     if (f"{label}-{i}" if i else label) not in labels)
+        labels.add(label)
+        role_text = stages.get(given) or stages.get(label) or listed_role
+        unused -= {given, label}
+        if role_text is not None:
+            role = _role(role_text, f"{given}: role")
+        elif spec.lineage and not revision:
+            role = (spec.lineage, spec.stage)
+        else:
+            role = (lineage or (spec.lineage or name if revision else default_lineage), revision or label)
+            if not re.fullmatch(STAGE_NAME, role[1]):
+                raise ReadoutError(f"{given}: the stage '{role[1]}' it would get is not a stage name; give --stage {given}=lineage:stage")
+        if role in roles:
+            raise ReadoutError(f"{given}: role {role[0]}:{role[1]} is also {roles[role]}'s; give each its own with --stage")
+        roles[role] = given
+        if (spec.lineage, spec.stage) == role and given in known:
+            out.append(Checkpoint(given, label, *role, alias=given, entry=None))
+            continue
+        entry = {k: getattr(spec, k) for k in _SPEC_FIELDS if getattr(spec, k) is not None}
+        entry.update(lineage=role[0], stage=role[1])
+        if spec.base_lineage and spec.lineage == role[0]:
+            entry["base_lineage"] = spec.base_lineage
+        elif "base_lineage" in entry:
+            del entry["base_lineage"]
+        if label in known:
+            entry["override"] = True
+        out.append(Checkpoint(given, label, *role, alias=label, entry=entry))
+    if unused:
+        raise ReadoutError(f"--stage: {sorted(unused)[0]}: not one of the checkpoints listed")
+    return out
+
+
+def _label(name: str, revision: str | None) -> str:
+    text = f"{name}@{revision}" if revision else name
+    return re.sub(r"[^A-Za-z0-9_.@\-]", "_", text).strip("._") or "checkpoint"
+
+
+def registry_text(checkpoints: Sequence[Checkpoint]) -> str:
+    """sweep.toml: a user registry with one entry per checkpoint that needs one."""
+    lines = ["# Written by `readout sweep`: each checkpoint of the sweep with its role (lineage and stage).", ""]
+    for c in checkpoints:
+        if c.entry is None:
+            continue
+        lines.append(f"[{json.dumps(c.alias)}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in c.entry.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def stage_order(checkpoints: Sequence[Checkpoint]) -> tuple[str, ...]:
+    """The order compare is given: none when every stage sorts by its name (sft, dpo, final, a step), else the
+    list's order of each lineage that has a stage without a step."""
+    from stats.core.errors import CompareError
+    from stats.gap.compare import stage_key
+
+    order: list[str] = []
+    for lineage in dict.fromkeys(c.lineage for c in checkpoints):
+        stages = [c.stage for c in checkpoints if c.lineage == lineage and c.stage != "base"]
+        try:
+            for s in stages:
+                stage_key(s)
+        except CompareError:
+            order += [s for s in stages if s not in order]
+    return tuple(order)
+
+
+def _request(c: Checkpoint, study: Mapping, model: Mapping) -> str:
+    """What a checkpoint's run is asked, hashed: a finished run asked the same is skipped."""
+    from engine.registry import resolve
+
+    spec = {k: v for k, v in dataclasses.asdict(resolve(c.alias)).items() if k not in ("registry_file", "registry_sha256")}
+    text = json.dumps({"spec": spec, "role": [c.lineage, c.stage], "study": study, "model": model}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapping, model: Mapping,
+              registry_files: Sequence[str] = (), n_boot: int = 10_000, mass_floor: float | None = None,
+              log: Callable[[str], None] = print) -> list[str]:
+    """Run the gap study on each checkpoint (skipping finished runs asked the same, resuming killed ones), then
+    compare them all. `study`: panel, readouts, sample, profile, overrides, limit, seed, force, progress;
+    `model`: ModelOptions' loading fields (device, dtype ...). Returns compare's lines."""
+    import gc
+
+    from engine.registry import use_models_files
+    from readouts.atomic import atomic_write_bytes
+    from readouts.driver import ModelOptions, RunOptions, run
+    from readouts.gap.study import GapStudy
+    from stats.gap import compare_runs
+
+    out = Path(out)
+    toml = out / "sweep.toml"
+    text = registry_text(checkpoints).encode()
+    if not toml.exists() or toml.read_bytes() != text:
+        atomic_write_bytes(toml, text)
+    use_models_files((*registry_files, str(toml)))
+    state_path = out / "sweep.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    asked = {k: v for k, v in study.items() if k not in ("force", "progress")}
+    dirs = []
+    for i, c in enumerate(checkpoints, 1):
+        rundir = out / "runs" / c.label
+        dirs.append(rundir)
+        request = _request(c, asked, model)
+        if state.get(c.label, {}).get("request") == request and _complete(rundir):
+            log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}): run complete, skipped ({rundir})")
+            continue
+        log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}) -> {rundir}")
+        options = RunOptions(model=ModelOptions(model=c.alias, **model), panel=study["panel"], profile=study["profile"],
+                             overrides=tuple(study["overrides"]), limit=study["limit"], out=str(rundir),
+                             seed=study["seed"], force=study["force"], progress=study["progress"])
+        run(GapStudy(readouts=study["readouts"], sample=study["sample"]), options, log=log)
+        state[c.label] = {"given": c.given, "role": f"{c.lineage}:{c.stage}", "request": request, "run_dir": str(rundir)}
+        atomic_write_bytes(state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+        gc.collect()  # the finished model's weights go before the next one loads
+        _empty_cuda_cache()
+    floor = {} if mass_floor is None else {"mass_floor": mass_floor}
+    return compare_runs([str(d) for d in dirs], out / "compare", seed=study["seed"] or 0, n_boot=n_boot,
+                        order=stage_order(checkpoints), **floor)
+
+
+def _complete(rundir: Path) -> bool:
+    try:
+        return json.loads((rundir / "manifest.json").read_text()).get("complete") is True
+    except (OSError, ValueError):
+        return False
+
+
+def _empty_cuda_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def sweep_command() -> click.Command:
+    """The `readout sweep` command, built when readouts.cli registers it (it takes `readout run`'s options from
+    there; built on demand so that importing this module alone does not import the command line)."""
+    from readouts.cli import _run_options
+
+    options = [
+        click.command("sweep"),
+        click.option("--model", "-m", "models", multiple=True, help="a checkpoint: alias, folder or HF id, each "
+                     "optionally @REV or @REV1,REV2,... (repeat --model for more)"),
+        click.option("--list", "list_file", default=None, type=click.Path(dir_okay=False),
+                     help="a file listing checkpoints, one a line: NAME [lineage:stage]"),
+        click.option("--stage", "stages", multiple=True, metavar="NAME=LINEAGE:STAGE",
+                     help="the role of a listed checkpoint (by its name as listed or its label), e.g. ./ckpt=mine:step-100"),
+        click.option("--lineage", default=None, help="lineage of the checkpoints that get no other (default: the "
+                     "model's for NAME@REV, else the sweep folder's name)"),
+        click.option("--panel", "-p", default="gap-v2", show_default=True, help="shipped panel name or JSONL path"),
+        click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)"),
+        click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities"),
+        click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples of the comparison"),
+        click.option("--mass-floor", default=None, type=float, help="the comparison's minimum total letter mass"),
+        _run_options(default_seed=0, profiles=tuple(GAP_PROFILES)),
+    ]
+    f = sweep_cmd
+    for decorate in reversed(options):
+        f = decorate(f)
+    return f
+
+
+def sweep_cmd(models, list_file, stages, lineage, panel, readouts, sample, n_boot, mass_floor, **kwargs):
+    """Run the gap study on each of several checkpoints or revisions (one run directory each, resumable; a finished
+    run is skipped), then compare them along their lineage. --out names the sweep's folder."""
+    if not kwargs["out"]:
+        raise ReadoutError("--out: required: the sweep's folder (runs/, sweep.toml, sweep.json and compare/ go there)")
+    if kwargs["shard"]:
+        raise ReadoutError("--shard: not available in a sweep; shard a single checkpoint with `readout run --shard`")
+    if kwargs["revision"]:
+        if len(models) != 1 or "@" in models[0] or list_file:
+            raise ReadoutError("--revision: give it with exactly one --model and no @REV (or write NAME@REV1,REV2)")
+        models = (f"{models[0]}@{kwargs['revision']}",)
+    role_map = {}
+    for item in stages:
+        name, sep, role = item.rpartition("=")
+        if not sep or not name:
+            raise ReadoutError(f"--stage: '{item}' must look like NAME=lineage:stage, e.g. ./ckpt=mine:step-100")
+        _role(role, "--stage")
+        role_map[name] = role
+    registry_files = tuple(kwargs["models_files"])
+    from engine.registry import use_models_files
+    from readouts.cli import _model
+
+    use_models_files(registry_files)
+    out = Path(kwargs["out"])
+    checkpoints = plan(listed(models, list_file), role_map, lineage, out.resolve().name)
+    model = dataclasses.asdict(_model({**kwargs, "model": "-", "revision": None}))
+    model = {k: v for k, v in model.items() if k not in ("model", "loaded")}
+    model["template_kwargs"] = tuple(tuple(kv) for kv in model["template_kwargs"])
+    study = {"panel": panel, "readouts": readouts, "sample": sample, "profile": kwargs["profile"],
+             "overrides": tuple(kwargs["overrides"]), "limit": kwargs["limit"], "seed": kwargs["seed"],
+             "force": kwargs["force"], "progress": kwargs["progress"]}
+    for line in run_sweep(checkpoints, out, study=study, model=model, registry_files=registry_files, n_boot=n_boot,
+                          mass_floor=mass_floor, log=lambda line: click.echo(line, err=True)):
+        click.echo(line)
