@@ -18,6 +18,10 @@ def e(x) -> str:
     return escape("" if x is None else str(x))
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
 main{max-width:1200px;margin:0 auto;padding:16px 24px 64px}
@@ -62,15 +66,17 @@ def section_html(s: Section, sid: str) -> str:
     if s.facts:
         parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in s.facts) + "</dl>")
     parts += [f'<div class="note">{e(n)}</div>' for n in s.notes]
+    parts.append(local_nav(s, sid))
     if s.figures:
-        parts.append("<h3>Figures</h3><div class=\"figs\">" + "".join(figure_html(f) for f in s.figures) + "</div>")
+        figures = "".join(figure_html(f) for f in s.figures)
+        parts.append(f'<h3 id="{sid}-figures">Figures</h3><div class="figs">{figures}</div>')
     if s.markdown is not None:
-        parts.append(f'<h3>Statistics report <span class="path">{e(s.markdown_name)}</span></h3>'
+        parts.append(f'<h3 id="{sid}-report">Statistics report <span class="path">{e(s.markdown_name)}</span></h3>'
                      f'<div class="md">{to_html(s.markdown)}</div>')
     if s.tables:
-        parts.append("<h3>Tables</h3>" + "".join(table_html(t) for t in s.tables))
+        parts.append(f'<h3 id="{sid}-tables">Tables</h3>' + "".join(table_html(t) for t in s.tables))
     if s.manifest:
-        parts.append("<h3>Manifest</h3><details><summary>manifest.json</summary>"
+        parts.append(f'<h3 id="{sid}-manifest">Manifest</h3><details><summary>manifest.json</summary>'
                      f"<pre>{e(json.dumps(s.manifest, indent=2, sort_keys=True, default=str))}</pre></details>")
     if s.items:
         what = "scenarios" if s.kind == "gap" else "dilemmas"
@@ -79,7 +85,7 @@ def section_html(s: Section, sid: str) -> str:
                  f"<code>readout show {e(s.path)} ID</code> prints any one)")
         body = ("every prompt, rollout, read rule and letter mass" if s.kind == "gap" else
                 "per framing, the continuous reading and every reply")
-        parts.append(f"<h3>Per {what[:-1]}</h3><p>Drill-down over {shown}: {body}.</p>")
+        parts.append(f'<h3 id="{sid}-items">Per {what[:-1]}</h3><p>Drill-down over {shown}: {body}.</p>')
         parts += [item_html(v, f"{sid}-i{k}") for k, v in enumerate(s.items, 1)]
     parts.append("</section>")
     return "\n".join(parts)
@@ -99,6 +105,14 @@ def figure_html(f: Figure) -> str:
     caption = f"{e(f.caption)} " if f.caption else ""
     return (f'<figure{wide}><img alt="{e(f.name)}" src="data:image/png;base64,{base64.b64encode(f.png).decode()}">'
             f'<figcaption>{caption}<span class="path">{e(f.name)}</span></figcaption></figure>')
+
+
+def local_nav(s: Section, sid: str) -> str:
+    """Links to the section's parts that are there (the drill-down sits below long tables)."""
+    parts = [("figures", "Figures", s.figures), ("report", "Statistics report", s.markdown is not None),
+             ("tables", "Tables", s.tables), ("manifest", "Manifest", s.manifest), ("items", "Drill-down", s.items)]
+    links = " · ".join(f'<a href="#{sid}-{key}">{label}</a>' for key, label, there in parts if there)
+    return f'<p class="local">{links}</p>' if links else ""
 
 
 def table_html(t: TableData) -> str:
@@ -152,8 +166,8 @@ def scenario_html(v: ScenarioView, iid: str) -> str:
     for pr in v.prompts:
         groups.setdefault((pr.cell, pr.readout), []).append(pr)
     blocks = "".join(
-        f'<details class="group"><summary>{e(cell)} / {e(readout)}: {len(prs)} prompts, '
-        f"{sum(len(p.probes) for p in prs)} reads</summary>{''.join(prompt_html(p) for p in prs)}</details>"
+        f'<details class="group"><summary>{e(cell)} / {e(readout)}: {plural(len(prs), "prompt")}, '
+        f"{plural(sum(len(p.probes) for p in prs), 'read')}</summary>{''.join(prompt_html(p) for p in prs)}</details>"
         for (cell, readout), prs in groups.items())
     return (f'<details class="item" id="{iid}"><summary>{e(v.scenario_id)} <span class="path">{e(facts)}</span></summary>'
             '<table class="data"><thead><tr><th>cell</th><th>readout</th><th>frame</th><th>p_violating</th>'
