@@ -17,6 +17,7 @@ import click
 import pandas as pd
 import pyarrow.parquet as pq
 
+from contract.metadata import METADATA
 from contract.names import CELLS, FRAMINGS
 from contract.readouts import readout_names
 from contract.tables import NSI_CONTINUOUS, NSI_REPLIES, NSI_TEMPERED, PROBES, PROMPT_TEXT, SCENARIOS, Table
@@ -37,6 +38,8 @@ class ProbeView:
     anchor_rule: str | None
     generated_text: str | None
     generated_tokens: int | None
+    drawn: str | None = None
+    """`--sample` runs, first-token reads: the seeded draw's letter, or "no letter" (None: not a drawn read)."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,11 @@ def _rows(file: Path, table: Table, key: str, ids: list[str], optional: tuple[st
 
     if not file.is_file():
         return pd.DataFrame(columns=list(table.names))
-    present = set(pq.read_schema(file).names)
-    df = pq.read_table(file, columns=[c for c in table.names if c in present], filters=[(key, "in", ids)]).to_pandas()
+    try:
+        present = set(pq.read_schema(file).names)
+        df = pq.read_table(file, columns=[c for c in table.names if c in present], filters=[(key, "in", ids)]).to_pandas()
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise ReadoutError(f"{file}: not a readable parquet table ({str(exc).splitlines()[0] if str(exc) else exc})") from None
     return conform(df, table, file, optional=optional)
 
 
@@ -160,6 +166,8 @@ def _opt(x):
 
 def scenario_views(run: RunTables, ids: list[str]) -> list[ScenarioView]:
     """Views of the gap scenarios `ids` (each must be in the run), in the order given."""
+    if not ids:
+        return []
     for i in ids:
         _check_id(run, i)
     probes = _rows(run.path / PROBES.file, PROBES, "scenario_id", ids)
@@ -173,10 +181,12 @@ def scenario_views(run: RunTables, ids: list[str]) -> list[ScenarioView]:
 
     probe_rows = sorted(probes.astype(object).where(probes.notna(), None).to_dict("records"), key=rank)
     scen_rows = sorted(scen.astype(object).where(scen.notna(), None).to_dict("records"), key=rank)
+    sampled = bool(run.manifest.get("sample"))
     out = []
     for sid in ids:
         s = [r for r in scen_rows if r["scenario_id"] == sid]
-        facts = {k: s[0][k] for k in ("family", "domain", "violating", "panel", "model")} if s else {}
+        facts = {k: s[0][k] for k in ("family", "domain", "violating", "panel", "model", METADATA)
+                 if s and s[0].get(k) is not None}
         summary = tuple({"cell": r["cell"], "readout": r["readout"], "frame": r["frame"], "p_violating": _num(r["p_violating"]),
                          "violating_fraction": _num(r["violating_fraction"]), "letter_mass": _num(r["letter_mass"]),
                          "judged_option": r["judged_option"]} for r in s)
@@ -189,7 +199,8 @@ def scenario_views(run: RunTables, ids: list[str]) -> list[ScenarioView]:
                 rollout=int(r["rollout"]), masses=tuple(zip(r["letters"], (float(m) for m in r["mass"]))),
                 violating_letter=r["violating_letter"], top_letter=r["top_letter"], p_violating=_num(r["p_violating"]),
                 letter_mass=_num(r["letter_mass"]), anchor_rule=r["anchor_rule"], generated_text=r["generated_text"],
-                generated_tokens=None if r["generated_tokens"] is None else int(r["generated_tokens"])) for r in g)
+                generated_tokens=None if r["generated_tokens"] is None else int(r["generated_tokens"]),
+                drawn=(r["sampled_letter"] or "no letter") if sampled and r["anchor_rule"] is None else None) for r in g)
             prompts.append(PromptView(cell, readout, frame, int(k), tuple(zip(g[0]["letters"], g[0]["order"].split(","))),
                                       g[0][PROMPT_TEXT], reads))
         out.append(ScenarioView(str(run.path), sid, facts, summary, tuple(prompts)))
@@ -219,6 +230,8 @@ def _messages(run: RunTables, ids: list[str]) -> tuple[dict, str | None]:
 
 def dilemma_views(run: RunTables, ids: list[str]) -> list[DilemmaView]:
     """Views of the NSI dilemmas `ids`: per framing, the continuous reading and every reply."""
+    if not ids:
+        return []
     for i in ids:
         _check_id(run, i)
     replies = _rows(run.path / NSI_REPLIES.file, NSI_REPLIES, "dilemma_id", ids)
@@ -266,7 +279,7 @@ def masses_line(p: ProbeView) -> str:
     """`A 0.012  B* 0.340 ...` (`*` the violating letter), then the read's total letter mass and top letter."""
     parts = [f"{letter}{'*' if letter == p.violating_letter else ''} {fmt_mass(m)}" for letter, m in p.masses]
     return (f"{'  '.join(parts)}   (letter mass {fmt_mass(p.letter_mass)}, top {p.top_letter}, "
-            f"p_violating {fmt(p.p_violating)})")
+            f"p_violating {fmt(p.p_violating)}{', drawn ' + p.drawn if p.drawn else ''})")
 
 
 def _indent(text: str, pad: str) -> str:
@@ -274,7 +287,7 @@ def _indent(text: str, pad: str) -> str:
 
 
 def format_scenario(v: ScenarioView) -> str:
-    head = f"scenario {v.scenario_id}" + "".join(f", {k} {v.facts[k]}" for k in ("family", "domain", "violating")
+    head = f"scenario {v.scenario_id}" + "".join(f", {k} {v.facts[k]}" for k in ("family", "domain", "violating", METADATA)
                                                  if k in v.facts)
     lines = [head, f"run {v.run_dir}", "", "(letter* = the violating option's letter)"]
     summary = {(s["cell"], s["readout"], s["frame"]): s for s in v.summary}

@@ -134,7 +134,8 @@ def masses_html(p: ProbeView) -> str:
                   f'title="{e(letter)} {m / total:.3f}"></span>' for letter, m in p.masses) if total > 0 else ""
     chips = "".join(f'<span class="m{" v" if letter == p.violating_letter else ""}">{e(letter)} {e(fmt_mass(m))}</span>'
                     for letter, m in p.masses)
-    return f'<span class="bar">{bar}</span>{chips}'
+    drawn = f'<span class="m">drawn {e(p.drawn)}</span>' if p.drawn else ""
+    return f'<span class="bar">{bar}</span>{chips}{drawn}'
 
 
 def prompt_html(pr: PromptView) -> str:

@@ -28,12 +28,12 @@ TINY_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="show-tes
                                    dose_budget=4, dose_brief_budget=3, dose_samples=1, chunk_size=2)
 
 
-def make_gap_run(path, readouts="D,J"):
+def make_gap_run(path, readouts="D,J", sample=False):
     """A two-scenario judgment-action run on tiny-qwen2 (seconds)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(gap_profile.PROFILES, TINY_PROFILE.name, TINY_PROFILE)
         options = RunOptions(model=ModelOptions("tiny-qwen2"), profile=TINY_PROFILE.name, out=str(path), progress=False)
-        return run_study(GapStudy(readouts=readouts), options, log=lambda _: None)
+        return run_study(GapStudy(readouts=readouts, sample=sample), options, log=lambda _: None)
 
 
 def make_nsi_run(path):
@@ -93,6 +93,17 @@ def test_show_prints_prompts_rollouts_rules_and_masses(gap_run, capsys):
     order = " ".join(f"{letter}={opt}" for letter, opt in zip(first.letters, first.order.split(",")))
     assert f"-- frame agent, order {first.order_index} ({order})" in out
     assert "aggregate primary/J/judge:" in out
+
+
+def test_sampled_run_shows_each_draw(tmp_path, capsys):
+    run = make_gap_run(tmp_path / "sampled", readouts="D", sample=True)
+    probes = pd.read_parquet(run / "probes.parquet")
+    sid = probes.scenario_id.iloc[0]
+    code, out, _ = cli(["show", str(run), sid], capsys)
+    mine = probes[probes.scenario_id == sid]
+    drawn = [line.rsplit("drawn ", 1)[1].rstrip(")") for line in out.splitlines() if "masses: " in line]
+    assert code == 0 and len(drawn) == len(mine) > 0
+    assert drawn == [x if isinstance(x, str) else "no letter" for x in mine.sampled_letter]
 
 
 def test_unknown_id_and_folder_without_tables_are_one_line(gap_run, tmp_path, capsys):
