@@ -1,5 +1,5 @@
 """`readout sweep`: the gap study over a list of checkpoints or revisions, one run directory each, then one
-`readout compare` over all of them.
+`readout compare` over all of them (or, with `--study nsi`, the framing-stability audit, then `nsi-stats`).
 
 Every checkpoint gets a role (lineage:stage), in this order: `--stage NAME=lineage:stage`; the second column
 of its line in the list file; the registry's lineage and stage for a registered alias given without a
@@ -178,20 +178,38 @@ def _request(c: Checkpoint, study: Mapping, model: Mapping) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+STUDIES = ("gap", "nsi")
+"""What a sweep runs: the judgment-action study (compared with `readout compare`) or the framing-stability
+audit (compared with `readout nsi-stats`)."""
+
+
+def _study(kind: str, study: Mapping):
+    if kind == "gap":
+        from readouts.gap.study import GapStudy
+
+        return GapStudy(readouts=study["readouts"], sample=study["sample"])
+    if study.get("readouts") or study.get("sample"):
+        raise ReadoutError("--readouts / --sample: options of the gap study, not of --study nsi")
+    from readouts.nsi.study import NsiStudy
+
+    return NsiStudy()
+
+
 def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapping, model: Mapping,
               registry_files: Sequence[str] = (), n_boot: int = 10_000, mass_floor: float | None = None,
-              log: Callable[[str], None] = print) -> list[str]:
-    """Run the gap study on each checkpoint (skipping finished runs asked the same, resuming killed ones), then
+              kind: str = "gap", log: Callable[[str], None] = print) -> list[str]:
+    """Run the study `kind` on each checkpoint (skipping finished runs asked the same, resuming killed ones), then
     compare them all. `study`: panel, readouts, sample, profile, overrides, limit, seed, force, progress;
-    `model`: ModelOptions' loading fields (device, dtype ...). Returns compare's lines."""
+    `model`: ModelOptions' loading fields (device, dtype ...). Returns the comparison's lines."""
     import gc
 
     from engine.registry import use_models_files
     from readouts.atomic import atomic_write_bytes
     from readouts.driver import ModelOptions, RunOptions, run
-    from readouts.gap.study import GapStudy
-    from stats.gap import compare_runs
 
+    if kind not in STUDIES:
+        raise ReadoutError(f"--study: '{kind}' is not one of {', '.join(STUDIES)}")
+    study_obj = _study(kind, study)
     out = Path(out)
     toml = out / "sweep.toml"
     text = registry_text(checkpoints).encode()
@@ -199,8 +217,11 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
         atomic_write_bytes(toml, text)
     use_models_files((*registry_files, str(toml)))
     state_path = out / "sweep.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    asked = {k: v for k, v in study.items() if k not in ("force", "progress")}
+    try:
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    except (ValueError, UnicodeDecodeError):
+        state = {}  # unreadable: nothing is skipped, and every run directory resumes on its own
+    asked = {"study": kind, **{k: v for k, v in study.items() if k not in ("force", "progress")}}
     dirs = []
     for i, c in enumerate(checkpoints, 1):
         rundir = out / "runs" / c.label
@@ -213,11 +234,17 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
         options = RunOptions(model=ModelOptions(model=c.alias, **model), panel=study["panel"], profile=study["profile"],
                              overrides=tuple(study["overrides"]), limit=study["limit"], out=str(rundir),
                              seed=study["seed"], force=study["force"], progress=study["progress"])
-        run(GapStudy(readouts=study["readouts"], sample=study["sample"]), options, log=log)
+        run(study_obj, options, log=log)
         state[c.label] = {"given": c.given, "role": f"{c.lineage}:{c.stage}", "request": request, "run_dir": str(rundir)}
         atomic_write_bytes(state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
         gc.collect()  # the finished model's weights go before the next one loads
         _empty_cuda_cache()
+    if kind == "nsi":
+        from stats.nsi import run_nsi_stats
+
+        return run_nsi_stats([str(d) for d in dirs], out / "compare", seed=study["seed"] or 0, n_boot=n_boot)
+    from stats.gap import compare_runs
+
     floor = {} if mass_floor is None else {"mass_floor": mass_floor}
     return compare_runs([str(d) for d in dirs], out / "compare", seed=study["seed"] or 0, n_boot=n_boot,
                         order=stage_order(checkpoints), **floor)
@@ -252,12 +279,15 @@ def sweep_command() -> click.Command:
                      help="the role of a listed checkpoint (by its name as listed or its label), e.g. ./ckpt=mine:step-100"),
         click.option("--lineage", default=None, help="lineage of the checkpoints that get no other (default: the "
                      "model's for NAME@REV, else the sweep folder's name)"),
-        click.option("--panel", "-p", default="gap-v2", show_default=True, help="shipped panel name or JSONL path"),
+        click.option("--study", "kind", type=click.Choice(STUDIES), default="gap", show_default=True,
+                     help="gap: the judgment-action study, then `readout compare`; nsi: the framing-stability audit, "
+                     "then `readout nsi-stats`"),
+        click.option("--panel", "-p", default=None, help="shipped panel name or JSONL path (default: gap-v2 / nsi-14)"),
         click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)"),
         click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities"),
         click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples of the comparison"),
         click.option("--mass-floor", default=None, type=float, help="the comparison's minimum total letter mass"),
-        _run_options(default_seed=0, profiles=tuple(GAP_PROFILES)),
+        _run_options(default_seed=None, profiles=tuple(GAP_PROFILES)),  # seed None: the study's (gap 0, nsi 42)
     ]
     f = sweep_cmd
     for decorate in reversed(options):
@@ -265,9 +295,9 @@ def sweep_command() -> click.Command:
     return f
 
 
-def sweep_cmd(models, list_file, stages, lineage, panel, readouts, sample, n_boot, mass_floor, **kwargs):
-    """Run the gap study on each of several checkpoints or revisions (one run directory each, resumable; a finished
-    run is skipped), then compare them along their lineage. --out names the sweep's folder."""
+def sweep_cmd(models, list_file, stages, lineage, kind, panel, readouts, sample, n_boot, mass_floor, **kwargs):
+    """Run the gap study (or --study nsi) on each of several checkpoints or revisions (one run directory each,
+    resumable; a finished run is skipped), then compare them along their lineage. --out names the sweep's folder."""
     if not kwargs["out"]:
         raise ReadoutError("--out: required: the sweep's folder (runs/, sweep.toml, sweep.json and compare/ go there)")
     if kwargs["shard"]:
@@ -297,5 +327,5 @@ def sweep_cmd(models, list_file, stages, lineage, panel, readouts, sample, n_boo
              "overrides": tuple(kwargs["overrides"]), "limit": kwargs["limit"], "seed": kwargs["seed"],
              "force": kwargs["force"], "progress": kwargs["progress"]}
     for line in run_sweep(checkpoints, out, study=study, model=model, registry_files=registry_files, n_boot=n_boot,
-                          mass_floor=mass_floor, log=lambda line: click.echo(line, err=True)):
+                          mass_floor=mass_floor, kind=kind, log=lambda line: click.echo(line, err=True)):
         click.echo(line)

@@ -152,3 +152,21 @@ def test_compare_order_option(tmp_path, capsys):
         main(["compare", *dirs, "--out", str(tmp_path / "c"), "--n-boot", "50", "--order", "warmup, mid,late"])
     out = capsys.readouterr().out
     assert exc.value.code == 0 and "sweep lin: E warmup" in out and out.index("E mid") < out.index("E late")
+
+
+def test_nsi_sweep(ckpts, tmp_path, capsys):
+    out = tmp_path / "nsi"
+    models = [a for s in (100, 200) for a in ("--model", str(ckpts / f"step-{s}"))]
+    argv = [*models, "--study", "nsi", "--limit", "2", "--set", "samples=2", "--set", "budget=12", "--n-boot", "50",
+            "--out", str(out), "--no-progress"]
+    code, stdout, err = sweep(argv, capsys)
+    assert code == 0, err
+    for name in ("step-100", "step-200"):
+        manifest = json.loads((out / "runs" / name / "manifest.json").read_text())
+        assert manifest["kind"] == "nsi" and manifest["complete"] and manifest["seed"] == 42
+        assert manifest["model"]["stage"] == name
+    assert (out / "compare" / "fig_nsi_heatmap.png").is_file() and "continuous NSI" in stdout
+    code, _, err = sweep(argv, capsys)
+    assert code == 0 and err.count("run complete, skipped") == 2
+    code, _, err = sweep([*argv, "--readouts", "D"], capsys)
+    assert code == 2 and "not of --study nsi" in err
