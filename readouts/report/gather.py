@@ -24,8 +24,9 @@ from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, sc
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
 #: Rows of a CSV table shown in the page (the rest stays in the file).
 MAX_TABLE_ROWS = 300
-#: Items (scenarios, dilemmas) a run's drill-down shows by default.
-DEFAULT_ITEMS = 25
+#: Items (scenarios, dilemmas) a run's drill-down shows by default: a quick run's ten; at the paper's settings a
+#: scenario's prompts and rollouts take about a megabyte of HTML.
+DEFAULT_ITEMS = 10
 #: What writes a run's stats folder, per run kind.
 STATS_COMMAND = {"gap": "readout stats", "nsi": "readout nsi-stats"}
 
