@@ -143,6 +143,10 @@ def _entries(data: bytes, file: str, folder: Path | None, known: dict[str, Model
                                 f"replace it, or choose another name")
         if override and alias not in known:
             raise RegistryError(f"{where} override: there is no earlier alias '{alias}' to replace")
+        built = fields.get("source") in ("tiny", "embedded")
+        if built and folder is not None and (alias not in known or known[alias].source != fields["source"]):
+            raise RegistryError(f"{where} source: {fields['source']} models are built in by name; a user entry can only "
+                                f"override one of them (e.g. to give it a lineage), or use hub or local")
         specs[alias] = ModelSpec(name=alias, registry_file=file, registry_sha256=sha, **fields)
     return specs
 
@@ -195,5 +199,6 @@ def resolve(name: str) -> ModelSpec:
     if HF_ID.match(name) and not name.startswith((".", "/")):
         return ModelSpec(name=name, source="hub", hf_id=name)
     raise UnknownModelError(
-        f"unknown model '{name}': not an alias (see `readout models`), not an existing folder, not an HF id (org/name)"
+        f"unknown model '{name}': not an alias (see `readout models`; add your own with --models FILE or "
+        f"{USER_MODELS_ENV}), not an existing folder, not an HF id (org/name)"
     )

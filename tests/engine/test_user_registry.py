@@ -71,11 +71,11 @@ def test_user_file_adds_aliases_with_their_file(tmp_path):
 
 
 def test_environment_variable_and_edits_are_read_afresh(tmp_path, monkeypatch):
-    a = write(tmp_path / "a.toml", '["alias-a"]\nsource = "tiny"\nfamily = "llama3"\n')
-    b = write(tmp_path / "b.toml", '["alias-b"]\nsource = "tiny"\nfamily = "qwen2"\n')
+    a = write(tmp_path / "a.toml", '["alias-a"]\nsource = "hub"\nhf_id = "org/a"\n')
+    b = write(tmp_path / "b.toml", '["alias-b"]\nsource = "hub"\nhf_id = "org/b"\n')
     monkeypatch.setenv(USER_MODELS_ENV, os.pathsep.join([str(a), str(b)]))
     assert {"alias-a", "alias-b"} <= set(registry())
-    write(b, '["alias-c"]\nsource = "tiny"\nfamily = "qwen2"\nchat = true\n')  # same folder, other content
+    write(b, '["alias-c"]\nsource = "hub"\nhf_id = "org/c"\nchat = true\n')  # same file, other content
     assert "alias-c" in registry() and "alias-b" not in registry()
     monkeypatch.setenv(USER_MODELS_ENV, str(tmp_path / "gone.toml"))
     with pytest.raises(RegistryError, match=f"{USER_MODELS_ENV}: .*gone.toml: no such registry file"):
@@ -90,7 +90,7 @@ def test_shadowing_a_built_in_alias_needs_override(tmp_path):
     assert str(err.value).startswith(f"{f}: [tiny-llama3]: alias already defined in {BUILTIN}") and "override = true" in str(err.value)
     write(f, '["tiny-llama3"]\nsource = "tiny"\nfamily = "qwen2"\noverride = true\n')
     assert resolve("tiny-llama3").family == "qwen2" and resolve("tiny-llama3").registry_file == str(f)
-    write(f, '["no-such"]\nsource = "tiny"\nfamily = "qwen2"\noverride = true\n')
+    write(f, '["no-such"]\nsource = "hub"\nhf_id = "org/x"\noverride = true\n')
     with pytest.raises(RegistryError, match=r"\[no-such\] override: there is no earlier alias"):
         registry()
 
@@ -99,9 +99,10 @@ def test_shadowing_a_built_in_alias_needs_override(tmp_path):
     ('["x"]\nsource = "hub"\nhf_id = "a/b"\ncolour = "red"\n', r"\[x\] colour: unknown field; allowed: source"),
     ('["x"]\nsource = "cloud"\n', r"\[x\] source: must be one of hub, tiny, embedded, local"),
     ('["x"]\nsource = "hub"\n', r"\[x\] hf_id: required for a hub model"),
-    ('["x"]\nsource = "tiny"\nchat = "yes"\n', r"\[x\] chat: must be true or false"),
-    ('["x"]\nsource = "tiny"\nstage = "sft"\n', r"\[x\] lineage: lineage and stage go together"),
-    ('["x"]\nsource = "tiny"\nlineage = "l"\nstage = "two words"\n', r"\[x\] stage: 'two words' must be a name"),
+    ('["x"]\nsource = "hub"\nhf_id = "a/b"\nchat = "yes"\n', r"\[x\] chat: must be true or false"),
+    ('["x"]\nsource = "hub"\nhf_id = "a/b"\nstage = "sft"\n', r"\[x\] lineage: lineage and stage go together"),
+    ('["x"]\nsource = "hub"\nhf_id = "a/b"\nlineage = "l"\nstage = "two words"\n', r"\[x\] stage: 'two words' must be a name"),
+    ('["x"]\nsource = "tiny"\nfamily = "llama3"\n', r"\[x\] source: tiny models are built in by name"),
     ('["x"]\nsource = "local"\npath = "p"\nrevision = "main"\n', r"\[x\] revision: applies to hub models only"),
     ('x = 1\n', r"\[x\]: must be a table of fields"),
     ('["x"\nsource = "tiny"\n', r"not valid TOML"),
