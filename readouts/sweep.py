@@ -222,12 +222,12 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
     except (ValueError, UnicodeDecodeError):
         state = {}  # unreadable: nothing is skipped, and every run directory resumes on its own
     asked = {"study": kind, **{k: v for k, v in study.items() if k not in ("force", "progress")}}
-    dirs = []
-    for i, c in enumerate(checkpoints, 1):
-        rundir = out / "runs" / c.label
-        dirs.append(rundir)
-        request = _request(c, asked, model)
-        if state.get(c.label, {}).get("request") == request and _complete(rundir):
+    dirs = [out / "runs" / c.label for c in checkpoints]
+    requests = [_request(c, asked, model) for c in checkpoints]
+    done = [state.get(c.label, {}).get("request") == r and _complete(d) for c, r, d in zip(checkpoints, requests, dirs)]
+    _check_available([c for c, skip in zip(checkpoints, done) if not skip])
+    for i, (c, rundir, request, skip) in enumerate(zip(checkpoints, dirs, requests, done), 1):
+        if skip:
             log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}): run complete, skipped ({rundir})")
             continue
         log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}) -> {rundir}")
@@ -248,6 +248,18 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
     floor = {} if mass_floor is None else {"mass_floor": mass_floor}
     return compare_runs([str(d) for d in dirs], out / "compare", seed=study["seed"] or 0, n_boot=n_boot,
                         order=stage_order(checkpoints), **floor)
+
+
+def _check_available(checkpoints: Sequence[Checkpoint]) -> None:
+    """Every checkpoint still to run is on this machine, checked before the first one loads (a missing revision
+    is found now, not after hours of runs)."""
+    from engine.loading import is_available
+    from engine.registry import resolve
+
+    for c in checkpoints:
+        ok, why = is_available(resolve(c.alias))
+        if not ok:
+            raise ReadoutError(f"{c.given}: {why}; nothing was run (every checkpoint is checked before the first loads)")
 
 
 def _complete(rundir: Path) -> bool:

@@ -130,13 +130,19 @@ def test_stages_without_steps_follow_the_list():
     assert stage_order([cp("a", "late"), cp("a", "early-1"), cp("b", "sft")]) == ("late", "early-1")
 
 
-def test_sweep_refuses_bad_input_in_one_line(ckpts, tmp_path, capsys):
+def test_sweep_refuses_bad_input_in_one_line(ckpts, tmp_path, capsys, monkeypatch):
     code, _, err = sweep(["--model", str(ckpts / "step-100"), *QUICK], capsys)
     assert code == 2 and err.startswith("error: --out: required")
     code, _, err = sweep(["--model", "no-such-model", "--out", str(tmp_path / "o"), *QUICK], capsys)
     assert code == 2 and "unknown model 'no-such-model'" in err and not (tmp_path / "o").exists()
     code, _, err = sweep(["--model", str(ckpts / "step-100"), "--stage", "x", "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "NAME=lineage:stage" in err
+    # A revision not on this machine is found before the first checkpoint runs.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    code, _, err = sweep(["--model", str(ckpts / "step-100"), "--model", "some-org/absent@step_1,step_2",
+                          "--out", str(tmp_path / "o2"), *QUICK], capsys)
+    assert code == 2 and "some-org/absent@step_1: not in the local HF cache; nothing was run" in err
+    assert not (tmp_path / "o2" / "runs").exists()
 
 
 def test_compare_order_option(tmp_path, capsys):
