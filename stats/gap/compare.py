@@ -112,6 +112,7 @@ class Sweep:
     rows: tuple[dict, ...]
     """Per stage (and the base in the raw frame): the estimates the figure draws."""
     final: RunAnalysis | None
+    """The final run, else the last stage's (panel b of the figure: control and excess)."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def _sweeps(chat, role, base_of, floor, gate, seed, n_boot, order) -> list[Sweep
         if len(present) < 2:
             continue
         ests, rows = _sweep(lineage, [stages[s] for s in present], present, base_of(lineage), floor, gate, seed, n_boot)
-        out.append(Sweep(lineage, tuple(present), tuple(ests), tuple(rows), stages.get("final")))
+        # the last checkpoint stands for the final one when the lineage has none (its screen is the sweep's too)
+        out.append(Sweep(lineage, tuple(present), tuple(ests), tuple(rows), stages.get("final", stages[present[-1]])))
     return out
 
 

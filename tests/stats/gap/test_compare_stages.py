@@ -45,6 +45,7 @@ def test_many_steps_sorted_by_step_with_neighbour_steps(tmp_path):
         step = find_estimate(sw.estimates, f"{later} - {earlier}", "final screen")
         assert step.value == pytest.approx(planted[later] - planted[earlier], abs=0.005)
     assert [r["stage"] for r in sw.rows] == list(sw.stages)  # the figure's points, in step order
+    assert sw.final.model == "lin-step-500"  # no "final" stage: the last checkpoint stands for it (panel b)
 
 
 def test_a_given_order(tmp_path):
