@@ -77,13 +77,17 @@ SCENARIO_META = _cols("model:str panel:str scenario_id:str family:str domain:str
                       "violating:str") + _cols(f"{METADATA}:str?")
 """Columns every scenario row carries about its scenario (`violating`: the violating option's id; `metadata`: the
 record's own metadata object as JSON, contract.metadata)."""
-LATER_COLUMNS = (METADATA,)
+PROMPT_TEXT = "prompt_text"
+"""The probe column holding the prompt the model read (the prompt's ids decoded, special tokens kept;
+added after the first runs: an older probes.parquet lacks it)."""
+LATER_COLUMNS = (METADATA, PROMPT_TEXT)
 """Nullable columns added after the first runs: a reader fills them with nulls in an older table that lacks them."""
 
 PROBES = Table("probes", _cols(
     "probe_id:str scenario_id:str cell:str readout:str frame:str order_index:int order:str rollout:int letters:str "
     "violating_letter:str mass:list[float] letter_mass:float tempered:list[float] p_violating:float top_letter:str "
     "prompt_tokens:int generated_text:str? generated_tokens:int? anchor_rule:str? sampled_letter:str?")
+    + _cols(f"{PROMPT_TEXT}:str?")
     + _cols(f"{METADATA}:str?"))
 SCENARIOS = Table("scenarios", SCENARIO_META + _cols(
     "cell:str readout:str frame:str budget:int? p_violating:float violating_fraction:float "

@@ -22,16 +22,19 @@ def cli():
 
 
 @cli.command("models")
-def models_cmd():
-    """List registered models, where they come from, and whether they are available here."""
+@click.option("--models", "models_files", multiple=True, type=click.Path(dir_okay=False), help="a user registry file")
+def models_cmd(models_files):
+    """List registered models (user registry entries with their file), where they come from, whether available."""
     from engine.loading import is_available
-    from engine.registry import registry
+    from engine.registry import BUILTIN, registry, use_models_files
 
+    use_models_files(models_files)
     rows = []
     for alias, spec in registry().items():
         ok, why = is_available(spec)
-        origin = spec.hf_id or "built offline"
-        rows.append((alias, spec.source, origin, "yes" if ok else "no", why))
+        origin = spec.hf_id or spec.path or "built offline"
+        mine = f"[{spec.registry_file}]" if spec.registry_file not in (None, BUILTIN) else ""
+        rows.append((alias, spec.source, origin, "yes" if ok else "no", " ".join(x for x in (why, mine) if x)))
     widths = [max(len(r[i]) for r in rows + [("alias", "source", "origin", "available", "")]) for i in range(4)]
     header = ("alias", "source", "origin", "available", "")
     for r in [header, *rows]:
@@ -59,12 +62,16 @@ def _model_options(f):
                      help="a PEFT adapter folder, merged into the model's weights (recorded with its fingerprint)")(f)
     f = click.option("--revision", default=None, help="branch, tag or commit of a hub checkpoint (same as --model NAME@REV); "
                      "the resolved commit is recorded")(f)
+    f = click.option("--models", "models_files", multiple=True, type=click.Path(dir_okay=False), help="a user registry "
+                     "file (models.toml's format) adding aliases and lineages; also LOGIT_READOUT_MODELS")(f)
     return f
 
 
 def _model(kwargs):
+    from engine.registry import use_models_files
     from readouts.driver import ModelOptions
 
+    use_models_files(kwargs.pop("models_files"))
     model, revision = kwargs.pop("model"), kwargs.pop("revision")
     if revision is not None:
         if "@" in model:
@@ -249,10 +256,12 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "-o", required=True, help="output folder")
 @click.option("--role", "roles", multiple=True, help="RUN_DIR=lineage:stage, e.g. runs/x=olmo-3-7b:sft (stage: base, sft, "
-              "dpo, final or rl-<step>); overrides the lineage and stage the run's manifest records")
+              "dpo, final, a step like rl-200 or step-1000, or any name with --order); overrides the lineage and "
+              "stage the run's manifest records")
+@click.option("--order", default=None, help="stages in plotting order, comma-separated (default: sft, dpo, by step, final)")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--n-boot", default=10_000, show_default=True, type=int)
-def compare_cmd(run_dirs, out, roles, seed, n_boot):
+def compare_cmd(run_dirs, out, roles, order, seed, n_boot):
     """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
     from stats.gap import compare_runs
 
@@ -262,7 +271,8 @@ def compare_cmd(run_dirs, out, roles, seed, n_boot):
         if not k or ":" not in v or not all(v.partition(":")[::2]):
             raise ReadoutError(f"--role: '{item}' must look like RUN_DIR=lineage:stage, e.g. runs/x=olmo-3-7b:sft")
         role_map[k] = v
-    for line in compare_runs(list(run_dirs), out, seed=seed, n_boot=n_boot, roles=role_map or None):
+    for line in compare_runs(list(run_dirs), out, seed=seed, n_boot=n_boot, roles=role_map or None,
+                             order=tuple(s.strip() for s in (order or "").split(",") if s.strip())):
         click.echo(line)
 
 
@@ -414,3 +424,14 @@ def main(argv=None):
         click.echo(f"error: {where}: {exc.strerror or exc}", err=True)
         sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+from readouts.sweep import sweep_command  # noqa: E402
+
+cli.add_command(sweep_command())
+
+from readouts.report import report_cmd  # noqa: E402
+from readouts.show import show_cmd  # noqa: E402
+
+cli.add_command(show_cmd)
+cli.add_command(report_cmd)

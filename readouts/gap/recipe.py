@@ -13,6 +13,7 @@ import numpy as np
 
 from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
+from contract.tables import PROMPT_TEXT
 from engine.generation import anchor_read, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
@@ -38,6 +39,8 @@ class Read:
     text: str | None = None
     generated_tokens: int | None = None
     anchor_rule: str | None = None
+    prompt_ids: tuple = ()
+    """The prompt's ids where `ids` goes on after it (generated reads); empty: `ids` is the prompt."""
 
 
 ANCHOR_ALLOWANCE = 8
@@ -102,6 +105,7 @@ class GapRunner:
         self.timings: dict[str, float] = {}
         self._known: dict = {}
         self.counts: dict[str, int] = {}
+        self._texts: dict[tuple, str] = {}
 
     def _tick(self, n):
         if self.progress is not None:
@@ -111,6 +115,7 @@ class GapRunner:
         """Probe rows and scenario rows for `scenarios`; per-stage seconds and probe counts accumulate
         in `self.timings` / `self.counts`."""
         reads, rows = [], []
+        self._texts = {}  # decoded prompts of this chunk only
         for name, specs in stages(self.groups):
             t0 = time.perf_counter()
             self._known = {}  # prompt caches from this stage's generation, reused to read after the anchor
@@ -165,7 +170,7 @@ class GapRunner:
         for (s, cell, sp, frame, k, r), ids, rolls in zip(jobs, prompts, generated):
             for j, rollout in enumerate(rolls):
                 a = anchor_read(self.tok, ids, rollout, r.anchor, **answer_forms(s, r))
-                reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule))
+                reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule, ids))
                 texts[(sp.name, s.id, cell, j)] = (s, r, ids, rollout)
         for derived in (sp for sp in specs if sp.derived_from is not None):
             reads += self._truncated_reads(derived, texts)
@@ -182,7 +187,7 @@ class GapRunner:
             a = anchor_read(self.tok, ids, rollout, r.anchor, cut=cut, **answer_forms(s, r))
             if a.rule.startswith("own"):  # the anchor sits in the kept half: cut before it so the answer is forced
                 a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1), **answer_forms(s, r))
-            reads.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, cut, a.rule))
+            reads.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, cut, a.rule, ids))
             self._tick(1)
         return reads
 
@@ -205,6 +210,12 @@ class GapRunner:
                     self._tick(1)
         return rows
 
+    def _prompt_text(self, ids: tuple) -> str:
+        """The prompt as the model read it: its ids decoded, special tokens kept (decoded once per prompt)."""
+        if ids not in self._texts:
+            self._texts[ids] = self.tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self._texts[ids]
+
     def _probe_row(self, rd: Read, res) -> dict:
         r = rd.rendered
         v = r.letters.index(r.violating_letter)
@@ -219,6 +230,7 @@ class GapRunner:
             prompt_tokens=res.n_tokens, generated_text=rd.text, generated_tokens=rd.generated_tokens,
             anchor_rule=rd.anchor_rule, sampled_letter=None,
         )
+        row[PROMPT_TEXT] = self._prompt_text(rd.prompt_ids or rd.ids)
         row[METADATA] = encode_metadata(rd.scenario.metadata)
         if self.sample and rd.anchor_rule is None:
             rng = np.random.default_rng(derive_seed(self.seed, row["probe_id"], "sample"))
