@@ -80,6 +80,7 @@ def generate(
     prefix_kv: dict | None = None,
     static_shapes: bool = False,
     compact: bool = True,
+    length_of: Sequence[int | None] | None = None,
 ) -> list[list[Rollout]]:
     """Generate `n` rollouts for each prompt (token ids); returns, per prompt, its rollouts in order.
 
@@ -93,12 +94,17 @@ def generate(
     that reading letters after the generated text need not run the prompt again (`score_ids(..., known_prefixes=...)`).
     `static_shapes` decodes every step with the same tensor shapes and buffers (no compaction; on CUDA the
     step is replayed as a CUDA graph); `compact=False` keeps finished rows in the batch (for checks).
+    `length_of[i] = k` ties prompt i's rollouts to prompt k's: rollout j of prompt i is generated to exactly
+    the length of rollout j of prompt k (its stop tokens are masked out while it runs, and it ends at the
+    step k's rollout ends, with as many tokens), or to its own budget if that is shorter. Such a rollout is
+    never `stopped`. Prompt k must not itself be tied; a tied pair always decodes in one batch.
     """
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
         raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
     if any(len(p) == 0 for p in prompts):
         raise ValueError("a prompt has no tokens")
+    leaders = _check_ties(length_of, len(prompts))
     device = model.get_input_embeddings().weight.device
     default_budget, default_rows = default_bounds("generate", device)
     token_budget = token_budget or default_budget
@@ -108,25 +114,48 @@ def generate(
                        cascade, static_shapes, compact and not static_shapes)
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list[list[Rollout] | None] = [None] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    # Units: a prompt with the prompts tied to it, kept together through batching and out-of-memory halving.
+    units = {i: [i] for i in range(len(prompts)) if leaders[i] is None}
+    for f in (f for f, k in enumerate(leaders) if k is not None):
+        units[leaders[f]].append(f)
+    units = list(units.values())
+    units.sort(key=lambda u: max(len(prompts[i]) for i in u))
     kv_limit = generation_cache_limit(model, device)
-    for batch in _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
-        decode = lambda b: _generate_batch(  # noqa: E731
-            model, [prompts[i] for i in b], [seeds[i] for i in b], [budgets[i] for i in b], settings)
-        for i, rollouts in zip(batch, halving_on_oom(decode, batch, lambda a, b: a + b)):
+    for batch in _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
+        def decode(b):
+            flat = [i for u in b for i in u]
+            pos = {i: k for k, i in enumerate(flat)}
+            return _generate_batch(model, [prompts[i] for i in flat], [seeds[i] for i in flat],
+                                   [budgets[i] for i in flat], settings,
+                                   [None if leaders[i] is None else pos[leaders[i]] for i in flat])
+        flat = [i for u in batch for i in u]
+        for i, rollouts in zip(flat, halving_on_oom(decode, batch, lambda a, b: a + b)):
             out[i] = rollouts
         if on_batch is not None:
-            on_batch(len(batch))
+            on_batch(len(flat))
     return out
 
 
-def _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
-    """Prompts (in `order`) cut into decoding batches. Rows are bounded by `max_rows` and held keys/values by
-    `kv_limit`: the cascade backend holds each prompt once and each row's own tokens; the dense fallback
-    holds a left-padded copy of the prompt per row and also prefills the whole batch in one forward pass."""
-    batch: list[int] = []
-    for idx in order:
-        members = batch + [idx]
+def _check_ties(length_of, count: int) -> list[int | None]:
+    """`length_of` as a list (None: untied); ValueError unless each names another, untied prompt."""
+    if length_of is None:
+        return [None] * count
+    leaders = list(length_of)
+    if len(leaders) != count:
+        raise ValueError("length_of needs one entry per prompt")
+    for i, k in enumerate(leaders):
+        if k is not None and not (0 <= k < count and k != i and leaders[k] is None):
+            raise ValueError(f"length_of[{i}] = {k}: must name another prompt that is not tied itself")
+    return leaders
+
+
+def _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
+    """Units of prompts (in order) cut into decoding batches, never splitting a unit. Rows are bounded by `max_rows`
+    and held keys/values by `kv_limit`: the cascade backend holds each prompt once and each row's own tokens; the
+    dense fallback holds a left-padded copy of the prompt per row and prefills the whole batch in one pass."""
+    batch: list[list[int]] = []
+    for unit in units:
+        members = [i for u in batch for i in u] + unit
         width = max(len(prompts[i]) for i in members)
         rows = len(members) * n
         longest = max(budgets[i] for i in members)
@@ -138,8 +167,8 @@ def _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, casca
             fits = rows <= max_rows and len(members) * width <= token_budget
         if batch and not (fits and (kv_limit is None or held <= kv_limit)):
             yield batch
-            members = [idx]
-        batch = members
+            batch = []
+        batch = batch + [unit]
     if batch:
         yield batch
 
@@ -164,11 +193,15 @@ class _Decode:
     compact: bool = True
 
 
-def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
+def _generate_batch(model, prompts, seeds, budgets, settings: _Decode, leaders=None):
     """Decode one batch: every row (prompt x rollout) steps together; a finished row stops counting at once and
-    leaves the batch at the next compaction (once COMPACT_FRACTION of the rows have finished)."""
+    leaves the batch at the next compaction (once COMPACT_FRACTION of the rows have finished). `leaders[p]`: the
+    batch index of the prompt whose rollouts prompt p's follow in length (`generate`'s `length_of`), or None."""
     n, temperature, device = settings.n, settings.temperature, settings.device
     rows = len(prompts) * n
+    leaders = leaders or [None] * len(prompts)
+    lead = [-1 if leaders[r // n] is None else leaders[r // n] * n + r % n for r in range(rows)]  # a row's leader row
+    tied = any(x >= 0 for x in lead)
     distinct: dict[tuple, int] = {}
     for p in prompts:
         distinct.setdefault(tuple(p), len(distinct))
@@ -192,11 +225,18 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
         stop = torch.tensor(sorted(settings.stop_ids), device=device) if settings.stop_ids else None
         tokens = torch.zeros((rows, max_new), dtype=torch.long, device=device)
         lengths, stopped = [0] * rows, [False] * rows
+        if tied:
+            is_tied = torch.tensor([x >= 0 for x in lead], device=device)
+            lead_at = torch.tensor([max(x, 0) for x in lead], device=device)  # the leader's position among live rows
         logits = state.step()
+        if tied and stop is not None:
+            stop_cols = stop[stop < logits.shape[-1]]
         # Published once the batch has succeeded: a batch that runs out of memory leaves nothing behind
         # for its halves' retry to hold on to.
         published = state.prompt_kv() if settings.prefix_kv is not None else None
         for step in range(max_new):
+            if tied and stop is not None:  # a tied row may not end its turn: its length is its leader's
+                logits[:, stop_cols] = logits[:, stop_cols].masked_fill(is_tied[:, None], float("-inf"))
             best = logits.argmax(-1)
             if all(greedy[r] for r in live):
                 token = best
@@ -205,11 +245,18 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
             tokens[live_t, step] = token
             hit_stop = torch.isin(token, stop) if stop is not None else torch.zeros_like(done)
             ends = (hit_stop | (row_budget <= step + 1)) & ~done
+            if tied:  # a tied row ends with its leader (a leader is never tied, so its own `ends` is final)
+                ends |= is_tied & ends[lead_at] & ~done
             if bool(ends.any()):
                 ended = ends.nonzero().flatten().tolist()
                 for c, s in zip(ended, hit_stop[ended].tolist()):
                     r = live[c]
                     stopped[r], lengths[r] = s, step if s else step + 1
+                if tied:
+                    now = {live[c] for c in ended}
+                    for r in now:
+                        if lead[r] in now:  # ended with its leader: as many tokens as the leader kept
+                            stopped[r], lengths[r] = False, min(step + 1, lengths[lead[r]])
                 done |= ends
                 finished = int(done.sum())
                 if finished == len(live):
@@ -220,6 +267,10 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode):
                     live = [live[c] for c in keep.tolist()]
                     live_t, is_greedy, row_budget = live_t[keep], is_greedy[keep], row_budget[keep]
                     uniforms, token, done = uniforms[keep], token[keep], done[keep]
+                    if tied:
+                        at = {r: c for c, r in enumerate(live)}
+                        is_tied = is_tied[keep]
+                        lead_at = torch.tensor([at.get(lead[r], 0) for r in live], device=device)
             if step == max_new - 1:
                 break
             logits = state.step(token)
