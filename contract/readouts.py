@@ -46,7 +46,20 @@ class ReadoutSpec:
     aggregate_frame: str | None = None
     """A frame name for an extra row aggregating the per-frame rows (J: `judge`)."""
     derived_from: str | None = None
-    """A readout whose generated text this one re-reads instead of generating its own."""
+    """A readout whose generated text this one re-reads instead of generating its own, cut at the profile's
+    `budget` (or where `cut_like` says) with the answer read there."""
+    rollouts: str | None = None
+    """Anchor readouts: the profile field with the total rollouts (the greedy one first) in place of 1 +
+    `samples`; 0 switches the readout off."""
+    length_of: str | None = None
+    """A readout of the same group whose rollout (same scenario, cell, option order and rollout index) sets
+    this one's length: generated to exactly as many tokens (the same-length filler)."""
+    cut_like: str | None = None
+    """Derived readouts: cut the source text where this readout's read of the same scenario, cell and rollout
+    kept its own (the truncated filler at the paired reasoning's cut), with the answer forced there."""
+    seeded_as: str | None = None
+    """A readout whose rollout seeds this one shares: with the same option order and frame its rollouts
+    continue that readout's (the rider continues the reasoning arm's rollouts past its budget)."""
 
     @property
     def default_frame(self) -> str:
@@ -71,16 +84,26 @@ READOUTS: tuple[ReadoutSpec, ...] = (
     ReadoutSpec("raw_J", "raw", ("raw_judge",), FIRST_TOKEN, orders="raw", greedy=True),
     ReadoutSpec("control", "control", ("control",), FIRST_TOKEN, orders="control"),
     _dose("reasoning"),
-    _dose("filler"),
-    # The filler arm's text cut mid-way with the answer forced there: the forced form of truncated reasoning.
+    # The non-moral filler task, generated to the paired reasoning rollout's length (the paper's "same-length").
+    ReadoutSpec("dose_filler", "dose", ("dose_filler",), ANCHOR, samples="dose_samples", budget="dose_budget",
+                length_of="dose_reasoning"),
+    # The filler's text cut where the paired reasoning rollout's read sits, with the answer forced there: the
+    # restatement in the cut-off, forced form that truncated reasoning has.
     ReadoutSpec("dose_truncated_filler", "dose", ("dose_filler",), ANCHOR, budget="dose_budget",
-                derived_from="dose_filler"),
+                derived_from="dose_filler", cut_like="dose_reasoning"),
     _dose("brief", budget="dose_brief_budget"),
     _dose("norm"),
+    # The rider (amendment P1-A6): the reasoning arm's rollouts continued to a long budget, read at the end
+    # (dose_rider) and at the dose budget (dose_rider_cut); their per-rollout agreement is its readout.
+    ReadoutSpec("dose_rider", "dose", ("dose_reasoning",), ANCHOR, budget="rider_budget", rollouts="rider_rollouts",
+                seeded_as="dose_reasoning"),
+    ReadoutSpec("dose_rider_cut", "dose", ("dose_reasoning",), ANCHOR, budget="dose_budget", derived_from="dose_rider"),
 )
 """Every judgment-action readout, in the order of the run tables' rows."""
 
 assert {s.frames[0] for s in READOUTS if s.group == "dose" and s.generates} == {f"dose_{a}" for a in DOSE_ARMS}
+RIDER, RIDER_CUT = "dose_rider", "dose_rider_cut"
+"""The rider's two reads of each rollout: at its end (the long budget) and cut at the dose budget."""
 
 
 def readout(name: str) -> ReadoutSpec:

@@ -77,10 +77,14 @@ SCENARIO_META = _cols("model:str panel:str scenario_id:str family:str domain:str
                       "violating:str") + _cols(f"{METADATA}:str?")
 """Columns every scenario row carries about its scenario (`violating`: the violating option's id; `metadata`: the
 record's own metadata object as JSON, contract.metadata)."""
+PAIRED_TOKENS = "paired_tokens"
+"""The probe column of the dose filler arms: the paired reasoning rollout's generated tokens (dose_filler,
+generated to that length) or the tokens its read kept (dose_truncated_filler, cut there); null on other reads
+(added after the first runs: an older probes.parquet lacks it)."""
 PROMPT_TEXT = "prompt_text"
 """The probe column holding the prompt the model read (the prompt's ids decoded, special tokens kept;
 added after the first runs: an older probes.parquet lacks it)."""
-LATER_COLUMNS = (METADATA, PROMPT_TEXT)
+LATER_COLUMNS = (METADATA, PAIRED_TOKENS, PROMPT_TEXT)
 """Nullable columns added after the first runs: a reader fills them with nulls in an older table that lacks them."""
 
 PROBES = Table("probes", _cols(
@@ -88,7 +92,8 @@ PROBES = Table("probes", _cols(
     "violating_letter:str mass:list[float] letter_mass:float tempered:list[float] p_violating:float top_letter:str "
     "prompt_tokens:int generated_text:str? generated_tokens:int? anchor_rule:str? sampled_letter:str?")
     + _cols(f"{PROMPT_TEXT}:str?")
-    + _cols(f"{METADATA}:str?"))
+    + _cols(f"{METADATA}:str?")
+    + _cols(f"{PAIRED_TOKENS}:int?"))
 SCENARIOS = Table("scenarios", SCENARIO_META + _cols(
     "cell:str readout:str frame:str budget:int? p_violating:float violating_fraction:float "
     "majority_violating_prob:float letter_mass:float judged_option:str? stability:bool? "

@@ -1,6 +1,7 @@
 """Frames: turning a scenario, a cell and an option order into chat messages or raw text.
 
-The texts are versioned data (panels/frames/v1.toml); this module only fills them in. Each frame has one
+The texts are versioned data (panels/frames/<version>.toml: v1, the default, and v2, which differs only in
+the norm-naming dose arm stating the scenario's norm); this module only fills them in. Each frame has one
 renderer; every rendered frame carries the letters it is read at, which option stands at each letter,
 and the violating option's letter.
 """
@@ -101,7 +102,7 @@ def render(scenario: Scenario, frame: str, cell: str = "primary", order=None, ve
     situation = scenario.situation(cell)
     fields = dict(
         protagonist=scenario.protagonist, agent=scenario.agent, options=_options_block(scenario, order, texts),
-        violating_text=scenario.option(scenario.violating).text, pushback=scenario.pushback or "",
+        violating_text=scenario.option(scenario.violating).text, pushback=scenario.pushback or "", norm=scenario.norm,
     )
     messages = text = system = anchor = None
     agent_key = "tools_user" if scenario.tools is not None else "user"
@@ -126,8 +127,8 @@ def render(scenario: Scenario, frame: str, cell: str = "primary", order=None, ve
     elif frame == "control":
         messages = agent_turns()
         system = texts["control"]["system"].format(**fields)
-    elif frame in DOSE_FRAMES:
-        messages = agent_turns(texts["dose"][frame.removeprefix("dose_")])
+    elif frame in DOSE_FRAMES:  # v1's dose texts hold no placeholder; v2's norm arm holds {norm}
+        messages = agent_turns(texts["dose"][frame.removeprefix("dose_")].format(**fields))
         anchor = texts["dose"]["anchor"]
     elif frame in JUDGE_FRAMES:
         template = texts["judge"]["paraphrases"][JUDGE_FRAMES.index(frame)]

@@ -21,7 +21,7 @@ import pandas as pd
 from contract.tables import Table, table
 from engine.errors import ReadoutError
 from engine.loading import load_model
-from panels.frames import frame_texts
+from panels.frames import DEFAULT_VERSION, frame_texts
 from panels.schema import PanelError, load_panel
 from readouts.manifest import default_out, model_manifest
 from readouts.profiles import Profile, apply_overrides, select_units
@@ -296,7 +296,7 @@ def _manifest(job: _Job, lm, extra: dict) -> dict:
         "tables": list(job.study.tables),
         "panel": {"name": job.panel.name, "path": job.panel.path, "sha256": job.panel.sha256,
                   "records": len(job.panel.records), "records_read": [r.id for r in job.records]},
-        "frames_version": frame_texts()["version"],
+        "frames_version": frame_texts(getattr(job.profile, "frames", DEFAULT_VERSION))["version"],  # the profile's
         "profile": job.profile.as_dict(),
         "overrides": job.overrides,
         "limit": job.options.limit,

@@ -31,7 +31,7 @@ def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int
         orders = orders_for(s, spec, profile, seed)
         for cell in cells_read(s, profile):
             cells.append(len(orders))
-            prompts += [prompt_of(render(s, frame, cell, order)) for order in (orders * 2)[:2]]
+            prompts += [prompt_of(render(s, frame, cell, order, profile.frames)) for order in (orders * 2)[:2]]
     ids = encode_prompts(tok, prompts)
     for n_orders, first, second in zip(cells, ids[0::2], ids[1::2]):
         shared = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
@@ -44,36 +44,36 @@ def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int
 
 def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int) -> None:
     own = [s for s in specs if s.generates]
-    n = rollouts(own[0], profile)
-    jobs, prompts = [], []  # (spec name, budget), and the prompt
+    jobs, prompts = [], []  # (spec name, budget, rollouts), and the prompt
     for s in chunk:
         orders = orders_for(s, own[0], profile, seed)
         for cell in cells_read(s, profile):
             for sp in own:
                 for k, frame in enumerate(sp.frames):
-                    jobs.append((sp.name, getattr(profile, sp.budget)))
-                    prompts.append(prompt_of(render(s, frame, cell, orders[k])))
+                    jobs.append((sp.name, getattr(profile, sp.budget), rollouts(sp, profile)))
+                    prompts.append(prompt_of(render(s, frame, cell, orders[k], profile.frames)))
     if not jobs:
         return
     seqs = [tuple(ids) for ids in encode_prompts(tok, prompts)]
+    rows = sum(n for _, _, n in jobs)
     st.prompts += len(jobs)
     st.prompt_tokens += sum(map(len, seqs))
     st.computed_tokens += _shared(seqs)
-    st.rollouts += len(jobs) * n
-    st.generated_max += n * sum(b for _, b in jobs)
+    st.rollouts += rows
+    st.generated_max += sum(n * b for _, b, n in jobs)
     derived = [sp for sp in specs if sp.derived_from is not None]
-    reads = len(jobs) * n + sum(n * sum(1 for name, _ in jobs if name == sp.derived_from) for sp in derived)
+    reads = rows + sum(sum(n for name, _, n in jobs if name == sp.derived_from) for sp in derived)
     st.reads += reads
-    longest = max(b for _, b in jobs)
+    longest = max(b for _, b, _ in jobs)
     st.reread_tokens_max += reads * (longest + ANCHOR_ALLOWANCE)
-    st.decode_batches.append((len(jobs) * n, sum(len(p) for p in dict.fromkeys(seqs)), longest))
+    st.decode_batches.append((rows, sum(len(p) for p in dict.fromkeys(seqs)), longest))
 
 
 def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int) -> list[StageWork]:
     """Per stage, the run's workload over all `chunks` (lists of scenarios)."""
     out: dict[str, StageWork] = {}
     for chunk in chunks:
-        for name, specs in stages(groups):
+        for name, specs in stages(groups, profile):
             st = out.setdefault(name, StageWork(name))
             if specs[0].read == FIRST_TOKEN:
                 _first_token(st, tok, chunk, specs[0], profile, seed)

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contract.names import PARAPHRASE_CELLS
-from contract.readouts import READOUTS, ReadoutSpec, readout
+from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec, readout
 from engine.errors import ReadoutError
+from panels.frames import DEFAULT_VERSION, frame_texts
+from panels.schema import PanelError
 from readouts.profiles import Profile
 
 
@@ -34,6 +36,14 @@ class GapProfile(Profile):
     """Budget of the brief-reasoning arm."""
     paraphrase: bool = True
     """Also read the F4 paraphrase cells (the paraphrase-swap table); they never enter the gate."""
+    rider_budget: int = 2048
+    """The rider's new-token budget (amendment P1-A6: 2,048): the reasoning arm's rollouts continued past
+    `dose_budget`, read at the end and at `dose_budget`."""
+    rider_rollouts: int = 8
+    """The rider's rollouts per scenario and cell (the greedy one first; P1-A6: 8); 0 switches it off."""
+    frames: str = DEFAULT_VERSION
+    """The frames version the prompts are rendered in (panels/frames/<frames>.toml): `v1` as every run before
+    it; `v2` adds the scenario's norm to the norm-naming dose arm, every other text as in v1."""
 
     def check(self) -> None:
         super().check()
@@ -43,6 +53,15 @@ class GapProfile(Profile):
         bad = next((k for k, v in self.orders.items() if v < 1), None)
         if bad is not None:
             raise ReadoutError(f"--set: orders.{bad}: must be >= 1, got {self.orders[bad]}")
+        if self.rider_rollouts < 0:
+            raise ReadoutError(f"--set: rider_rollouts: must be >= 0 (0: no rider), got {self.rider_rollouts}")
+        if self.rider_rollouts and self.rider_budget < self.dose_budget:
+            raise ReadoutError(f"--set: rider_budget: must be >= dose_budget ({self.dose_budget}): the rider is read "
+                               f"at dose_budget and at its own end, got {self.rider_budget}")
+        try:
+            frame_texts(self.frames)
+        except PanelError as exc:
+            raise ReadoutError(f"--set: frames: {exc}") from None
 
 
 PROFILES = {
@@ -52,15 +71,22 @@ PROFILES = {
     "paper-gpu": GapProfile(name="paper-gpu", chunk_size=32, orders=dict(D=32, J0=32, control=32, raw=8)),
     "quick": GapProfile(name="quick", chunk_size=5, max_units=10, orders=dict(D=6, J0=4, control=4, raw=2),
                         j_samples=2, j_budget=24, dose_samples=0, dose_budget=24, dose_brief_budget=12,
-                        paraphrase=False),
+                        paraphrase=False, rider_rollouts=0),
 }
 
 
 def rollouts(spec: ReadoutSpec, profile: GapProfile) -> int:
-    """Rollouts per prompt of an anchor readout: the greedy one plus the sampled ones (a derived readout
-    has as many as the readout it re-reads)."""
+    """Rollouts per prompt of an anchor readout: the greedy one plus the sampled ones, or the spec's own
+    total (`rollouts`); a derived readout has as many as the readout it re-reads."""
     source = readout(spec.derived_from) if spec.derived_from else spec
+    if source.rollouts is not None:
+        return getattr(profile, source.rollouts)
     return 1 + getattr(profile, source.samples)
+
+
+def is_on(spec: ReadoutSpec, profile: GapProfile) -> bool:
+    """Whether this profile reads `spec` at all (an anchor readout with 0 rollouts is off: the rider in quick)."""
+    return spec.read == FIRST_TOKEN or rollouts(spec, profile) > 0
 
 
 def cells_read(scenario, profile: GapProfile) -> tuple[str, ...]:

@@ -13,7 +13,8 @@ import numpy as np
 
 from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
-from contract.tables import PROMPT_TEXT
+from contract.tables import PAIRED_TOKENS, PROMPT_TEXT
+from engine.errors import ReadoutError
 from engine.generation import anchor_read, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
@@ -21,7 +22,7 @@ from engine.scoring import score_ids
 from panels.frames import render
 from panels.orders import option_orders
 from readouts.gap.aggregate import scenario_rows
-from readouts.gap.profile import GapProfile, cells_read, rollouts
+from readouts.gap.profile import GapProfile, cells_read, is_on, rollouts
 
 
 @dataclass
@@ -41,6 +42,9 @@ class Read:
     anchor_rule: str | None = None
     prompt_ids: tuple = ()
     """The prompt's ids where `ids` goes on after it (generated reads); empty: `ids` is the prompt."""
+    paired_tokens: int | None = None
+    """Dose filler arms: the paired reasoning rollout's tokens (the filler: its length, which the filler's
+    matches; the truncated filler: where its read sits, which is where the filler is cut)."""
 
 
 ANCHOR_ALLOWANCE = 8
@@ -63,13 +67,14 @@ def answer_forms(scenario, rendered) -> dict:
     return {"letters": "".join(rendered.letters), "names": names}
 
 
-def active_specs(groups) -> tuple[ReadoutSpec, ...]:
-    return tuple(s for s in READOUTS if s.group in groups)
+def active_specs(groups, profile: GapProfile | None = None) -> tuple[ReadoutSpec, ...]:
+    """The readouts of `groups`, without those `profile` switches off (a readout with 0 rollouts)."""
+    return tuple(s for s in READOUTS if s.group in groups and (profile is None or is_on(s, profile)))
 
 
-def stages(groups) -> list[tuple[str, tuple[ReadoutSpec, ...]]]:
+def stages(groups, profile: GapProfile | None = None) -> list[tuple[str, tuple[ReadoutSpec, ...]]]:
     """Computation stages: each first-token readout alone, then each group of anchor readouts together."""
-    specs = active_specs(groups)
+    specs = active_specs(groups, profile)
     out = [(s.name, (s,)) for s in specs if s.read == FIRST_TOKEN]
     for group in dict.fromkeys(s.group for s in specs if s.read != FIRST_TOKEN):
         out.append((group, tuple(s for s in specs if s.group == group)))
@@ -88,7 +93,7 @@ def orders_for(scenario, spec: ReadoutSpec, profile: GapProfile, seed: int) -> l
 def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
     """How many read positions a scenario costs (for the progress bar's total)."""
     per_cell = sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
-                   for s in active_specs(groups))
+                   for s in active_specs(groups, profile))
     return per_cell * len(cells_read(scenario, profile))
 
 
@@ -116,7 +121,7 @@ class GapRunner:
         in `self.timings` / `self.counts`."""
         reads, rows = [], []
         self._texts = {}  # decoded prompts of this chunk only
-        for name, specs in stages(self.groups):
+        for name, specs in stages(self.groups, self.profile):
             t0 = time.perf_counter()
             self._known = {}  # prompt caches from this stage's generation, reused to read after the anchor
             if specs[0].read == FIRST_TOKEN:
@@ -139,57 +144,71 @@ class GapRunner:
             orders = orders_for(s, spec, self.profile, self.seed)
             for cell in cells_read(s, self.profile):
                 for k, order in enumerate(orders):
-                    r = render(s, frame, cell, order)
+                    r = render(s, frame, cell, order, self.profile.frames)
                     reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, prompt_of(r)))))
         return reads
 
     def _generated_reads(self, scenarios, specs) -> list[Read]:
-        """Every generating spec of one group in one decoding loop (each job with its own budget); the
-        group's frames share seeded option orders (J: one order per paraphrase; dose: one for every arm)."""
+        """Every generating spec of one group in one decoding loop per rollout count (each job with its own
+        budget, a `length_of` job tied to its paired job's rollouts); the group's frames share seeded option
+        orders (J: one order per paraphrase; dose: one for every arm, the rider included)."""
         own = [s for s in specs if s.generates]
-        group = own[0].group
-        n = {rollouts(s, self.profile) for s in own}
-        assert len(n) == 1, f"readouts of group {group} must share their rollout count"
-        n = n.pop()
         jobs = []
         for s in scenarios:
             orders = orders_for(s, own[0], self.profile, self.seed)
             for cell in cells_read(s, self.profile):
                 for sp in own:
                     for k, frame in enumerate(sp.frames):
-                        jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k])))
-        prompts = [tuple(encode_prompt(self.tok, prompt_of(job[5]))) for job in jobs]
-        generated = generate(
-            self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in jobs],
-            stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature, top_p=self.profile.top_p,
-            seeds=[derive_seed(self.seed, s.id, cell, sp.name, frame) for s, cell, sp, frame, _, _ in jobs],
-            pad_id=self.lm.pad_id, token_budget=self.token_budget, on_batch=lambda k: self._tick(k * n),
-            prefix_kv=self._known,
-        )
+                        jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k], self.profile.frames)))
         reads, texts = [], {}
-        for (s, cell, sp, frame, k, r), ids, rolls in zip(jobs, prompts, generated):
-            for j, rollout in enumerate(rolls):
-                a = anchor_read(self.tok, ids, rollout, r.anchor, **answer_forms(s, r))
-                reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule, ids))
-                texts[(sp.name, s.id, cell, j)] = (s, r, ids, rollout)
+        for n in dict.fromkeys(rollouts(job[2], self.profile) for job in jobs):
+            part = [job for job in jobs if rollouts(job[2], self.profile) == n]
+            at = {(s.id, cell, sp.name, k): i for i, (s, cell, sp, _, k, _) in enumerate(part)}
+            ties = [at.get((s.id, cell, sp.length_of, k)) if sp.length_of else None for s, cell, sp, _, k, _ in part]
+            if any(sp.length_of and t is None for (_, _, sp, _, _, _), t in zip(part, ties)):
+                raise ReadoutError(f"readout {part[0][2].group}: a length_of readout without its paired readout")
+            prompts = [tuple(encode_prompt(self.tok, prompt_of(job[5]))) for job in part]
+            generated = generate(
+                self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in part],
+                stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
+                top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,
+                seeds=[derive_seed(self.seed, s.id, cell, sp.seeded_as or sp.name, frame) for s, cell, sp, frame, _, _ in part],
+                on_batch=lambda k, n=n: self._tick(k * n), prefix_kv=self._known, length_of=ties,
+            )
+            for (s, cell, sp, frame, k, r), ids, rolls, tie in zip(part, prompts, generated, ties):
+                for j, rollout in enumerate(rolls):
+                    a = anchor_read(self.tok, ids, rollout, r.anchor, **answer_forms(s, r))
+                    paired = None if tie is None else len(generated[tie][j].tokens)
+                    reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule, ids,
+                                      paired_tokens=paired))
+                    texts[(sp.name, s.id, cell, j)] = (s, r, ids, rollout, a)
         for derived in (sp for sp in specs if sp.derived_from is not None):
-            reads += self._truncated_reads(derived, texts)
+            reads += self._derived_reads(derived, texts)
         return reads
 
-    def _truncated_reads(self, spec: ReadoutSpec, texts) -> list[Read]:
-        """The source arm's text cut mid-way (half its tokens) with the anchor forced there, so the
-        restatement has the cut-off, forced form that truncated reasoning has."""
-        reads = []
-        for (name, _, cell, j), (s, r, ids, rollout) in texts.items():
+    def _derived_reads(self, spec: ReadoutSpec, texts) -> list[Read]:
+        """The source readout's texts cut, each read after the anchor there: where the paired `cut_like` read
+        of the same scenario, cell and rollout kept its own text, with the answer forced (the truncated filler:
+        the restatement in the cut-off, forced form the reasoning has; if the filler wrote its own anchor
+        before that point, it is cut just before it), else at the profile's `budget` (the rider at the dose
+        budget: the read the reasoning arm makes of the same rollout)."""
+        out = []
+        for (name, sid, cell, j), (s, r, ids, rollout, _) in texts.items():
             if name != spec.derived_from:
                 continue
-            cut = len(rollout.tokens) // 2
-            a = anchor_read(self.tok, ids, rollout, r.anchor, cut=cut, **answer_forms(s, r))
-            if a.rule.startswith("own"):  # the anchor sits in the kept half: cut before it so the answer is forced
-                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1), **answer_forms(s, r))
-            reads.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, cut, a.rule, ids))
+            forms = answer_forms(s, r)
+            paired = None
+            if spec.cut_like is not None:
+                paired = texts[(spec.cut_like, sid, cell, j)][4].kept_tokens
+                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=paired, **forms)
+                if a.rule.startswith("own"):  # its own anchor stands before the cut: cut before it, so it is forced
+                    a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1), **forms)
+            else:
+                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=getattr(self.profile, spec.budget), **forms)
+            out.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, a.kept_tokens, a.rule, ids,
+                            paired_tokens=paired))
             self._tick(1)
-        return reads
+        return out
 
     # -- scoring -----------------------------------------------------------------------------------
     def _score(self, reads: list[Read]) -> list[dict]:
@@ -228,7 +247,7 @@ class GapRunner:
             letter_mass=res.letter_mass, tempered=list(res.tempered),
             p_violating=res.mass[v] / total if total > 0 else math.nan, top_letter=r.letters[int(np.argmax(res.mass))],
             prompt_tokens=res.n_tokens, generated_text=rd.text, generated_tokens=rd.generated_tokens,
-            anchor_rule=rd.anchor_rule, sampled_letter=None,
+            anchor_rule=rd.anchor_rule, sampled_letter=None, **{PAIRED_TOKENS: rd.paired_tokens},
         )
         row[PROMPT_TEXT] = self._prompt_text(rd.prompt_ids or rd.ids)
         row[METADATA] = encode_metadata(rd.scenario.metadata)

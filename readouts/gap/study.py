@@ -73,10 +73,11 @@ class GapStudy:
             return
         for s in records:
             for cell in cells_read(s, profile):
-                for spec in active_specs(self.groups):
+                for spec in active_specs(self.groups, profile):
                     extra = 0 if spec.budget is None else getattr(profile, spec.budget) + ANCHOR_ALLOWANCE
                     for frame in spec.frames:
-                        n = len(encode_prompt(lm.tokenizer, prompt_of(render(s, frame, cell)))) + extra
+                        prompt = prompt_of(render(s, frame, cell, version=profile.frames))
+                        n = len(encode_prompt(lm.tokenizer, prompt)) + extra
                         lm.check_fits(n, f"{s.source}: context ({frame}, {cell})")
 
     def workload(self, tokenizer, chunks, profile, seed: int):

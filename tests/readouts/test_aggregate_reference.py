@@ -245,7 +245,7 @@ def test_aggregation_of_crafted_probe_rows_equals_the_reference(sample):
     from readouts.gap.profile import PROFILES
 
     profile = dataclasses.replace(PROFILES["quick"], orders={"D": 4, "J0": 3, "control": 5, "raw": 2}, j_samples=2,
-                                  dose_samples=2)
+                                  dose_samples=2, rider_rollouts=2)
     scenarios, keys, rows = crafted_probe_rows(profile, sample)
     got = scenario_rows(scenarios, keys, rows, profile, sample, "crafted", PANEL)
     checked = compare(reference_rows(pd.DataFrame(rows), dataclasses.asdict(profile), sample),
