@@ -245,7 +245,7 @@ def _model_label(r: dict) -> str:
 
 def dose_arm(a, path: Path) -> Path:
     """Figure 8: paired dose-arm contrasts at the forced answer, primary (indigo) and twin (gray)."""
-    ests = [e for e in a.select("dose") if not e.quantity.startswith("completed")]
+    ests = [e for e in a.select("dose") if " - " in e.quantity]  # differences only (no ratio, rider, completed)
     contrasts = list(dict.fromkeys(e.quantity for e in ests))
     fig, (ax,) = new_figure(9, max(3.4, 0.6 * len(contrasts) + 2.0))
     labels = []

@@ -39,8 +39,12 @@ JUDGE_1 = JUDGE_FRAMES[0]
 CHAT_FRAMES = tuple(readout(r).default_frame for r in CHAT)
 """The frames D and J are read in by default (J: its aggregate over the four paraphrases)."""
 
-DOSE = tuple(s.name for s in READOUTS if s.group == "dose")
-"""The dose arms, in table order."""
+DOSE_RIDER = readout("dose_rider").name
+DOSE_RIDER_CUT = readout("dose_rider_cut").name
+RIDER = (DOSE_RIDER, DOSE_RIDER_CUT)
+"""The rider (P1-A6): the reasoning rollouts continued to a long budget, read at the end and at the dose budget."""
+DOSE = tuple(s.name for s in READOUTS if s.group == "dose" and s.name not in RIDER)
+"""The dose arms of Table 8, in table order (the rider rides along in the same group, read apart)."""
 DOSE_REASONING = readout("dose_reasoning").name
 DOSE_FILLER = readout("dose_filler").name
 DOSE_TRUNCATED = readout("dose_truncated_filler").name

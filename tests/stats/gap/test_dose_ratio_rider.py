@@ -1,0 +1,106 @@
+"""The dose arm's ratio reading (P1-A14) and the rider's per-scenario agreement (P1-A6): by hand on the
+8-scenario fixture, in `readout stats`' dose.csv, and the ratio's CI coverage on planted ratios."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stats.gap import analyze, run_report
+from stats.gap.dose import ratio_reading
+from tests.stats.gap.test_fixture import _row, fixture_rows
+
+# Per screened scenario with dose rows: the rider's option per rollout at its end and at the dose budget, and
+# the anchor rules of the cut reads (s3's rollout 3 names a tool in place of the letter).
+RIDER = {
+    "s1": (("a", "a", "b", "c"), ("a", "a", "b", "c")),  # 4 of 4 agree
+    "s2": (("a", "b", "a", "b"), ("a", "a", "b", "b")),  # 2 of 4
+    "s3": (("b", "b", "a", "c"), ("a", "b", "b", "b")),  # 1 of 4 (rollout 3: the tool named stands for c)
+}
+TOOL = ("s3", 3, "c")
+
+
+def _probe(sid, readout, rollout, option, rule="forced_at_budget"):
+    letter = "ABC"["abc".index(option)]
+    return dict(scenario_id=sid, cell="primary", readout=readout, frame="dose_reasoning", rollout=rollout, order="a,b,c", letters="ABC",
+                top_letter=letter, anchor_rule=rule)
+
+
+@pytest.fixture
+def dose_run(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    rows = fixture_rows()
+    extra, probes = [], []
+    for sid, (full, cut) in RIDER.items():
+        extra.append(_row(sid, "F1", "primary", "dose_rider", "dose_reasoning", 0.3, budget=2048, completed_fraction=0.75))
+        extra.append(_row(sid, "F1", "primary", "dose_rider_cut", "dose_reasoning", 0.3, budget=512,
+                          completed_fraction=0.25))
+        for j, (x, y) in enumerate(zip(full, cut)):
+            probes.append(_probe(sid, "dose_rider", j, x, "own"))
+            if (sid, j) == TOOL[:2]:  # the model named the tool for c; the top letter is A
+                probes.append({**_probe(sid, "dose_rider_cut", j, "a"), "anchor_rule": f"own+tool:{TOOL[2].upper()}"})
+            else:
+                probes.append(_probe(sid, "dose_rider_cut", j, y))
+    extra = pd.DataFrame(extra).assign(violating="b")
+    df = pd.concat([rows, extra], ignore_index=True)
+    df["budget"] = df["budget"].astype("Int64")
+    df.to_parquet(d / "scenarios.parquet", index=False)
+    pd.DataFrame(probes).to_parquet(d / "probes.parquet", index=False)
+    (d / "manifest.json").write_text(json.dumps({"model": {"name": "fixture-model"}, "panel": {"name": "fixture"}}))
+    return d
+
+
+def test_ratio_reading_and_rider_agreement_by_hand(dose_run):
+    a = analyze(dose_run, n_boot=300)
+    ratio = a.get("dose", "reasoning / filler", "primary")
+    assert ratio.n == 3 and ratio.value == pytest.approx((0.3 + 0.2 + 0.5) / (0.5 + 0.4 + 0.5))
+    assert ratio.low <= ratio.value <= ratio.high and "ours" in ratio.note
+    rider = a.get("dose", "rider agreement (2048 vs 512)", "primary")
+    assert rider.n == 3 and rider.value == pytest.approx((1 + 0.5 + 0.5) / 3)  # s3: rollouts 1 and 3 agree
+    assert a.get("dose", "completed: rider (2048)", "primary").value == pytest.approx(0.75)
+    quantities = [e.quantity for e in a.select("dose", "primary")]
+    assert quantities.index("reasoning - filler") < quantities.index("reasoning / filler") \
+        < quantities.index("rider agreement (2048 vs 512)") < quantities.index("completed: reasoning (512)")
+
+
+def test_rider_agreement_without_probes_is_named_not_guessed(dose_run):
+    (dose_run / "probes.parquet").unlink()
+    rider = analyze(dose_run, n_boot=100).get("dose", "rider agreement (2048 vs 512)", "primary")
+    assert rider.n == 0 and rider.value is None and "probes.parquet" in rider.note
+
+
+def test_readout_stats_writes_the_new_dose_rows(dose_run):
+    run_report(dose_run, seed=0, n_boot=200)
+    dose = pd.read_csv(dose_run / "stats" / "dose.csv")
+    text = dose.to_string()
+    for q in ("reasoning - filler", "reasoning / filler", "rider agreement (2048 vs 512)", "completed: rider (2048)"):
+        assert q in text, q
+
+
+def test_ratio_reading_ci_covers_a_planted_ratio():
+    """Planted: each scenario's control-arm mass b ~ Beta(2, 3) and the arm's a = rho * b * noise (mean-one
+    noise, clipped at 1), so the ratio of the means is about rho in the population (`_truth`); the 95% CI should
+    cover it 93-97% of the time."""
+    for rho in (0.6, 1.0):
+        rng = np.random.default_rng([14, int(rho * 10)])
+        hits, reps = 0, 2000
+        for _ in range(reps):
+            b = rng.beta(2, 3, size=130)  # Table 8's scenario counts: 130 and 114
+            a = np.clip(rho * b * rng.gamma(8, 1 / 8, size=b.size), 0, 1)
+            _, low, high, _ = ratio_reading(a, b, rng, 999)
+            hits += low <= _truth(rho) <= high
+        assert 0.93 <= hits / reps <= 0.97, (rho, hits / reps)
+
+
+_TRUTHS: dict = {}
+
+
+def _truth(rho: float) -> float:
+    if rho not in _TRUTHS:
+        rng = np.random.default_rng(99)
+        b = rng.beta(2, 3, size=2_000_000)
+        a = np.clip(rho * b * rng.gamma(8, 1 / 8, size=b.size), 0, 1)
+        _TRUTHS[rho] = a.mean() / b.mean()
+    return _TRUTHS[rho]
