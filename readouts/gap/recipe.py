@@ -15,7 +15,7 @@ from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from contract.tables import PAIRED_TOKENS, PROMPT_TEXT
 from engine.errors import ReadoutError
-from engine.generation import anchor_read, generate, stop_token_ids
+from engine.generation import anchor_read, find_anchor, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
 from engine.scoring import score_ids
@@ -95,6 +95,20 @@ def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
     per_cell = sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
                    for s in active_specs(groups, profile))
     return per_cell * len(cells_read(scenario, profile))
+
+
+def _before_anchor(tok, tokens, anchor: str, forms: dict) -> int:
+    """How many of `tokens` stand wholly before the first anchor (in any of its forms) in their text: cut
+    there, nothing of the anchor is left (cutting one token short of its end can leave `Answer` or a whole
+    `Answer:` before a wrapped letter, which reads as the model's own anchor again)."""
+    tokens = list(tokens)
+    hit = find_anchor(tok.decode(tokens), anchor, **forms)
+    if hit is None:
+        return len(tokens)
+    m = 0
+    while m < len(tokens) and len(tok.decode(tokens[: m + 1])) <= hit[1]:
+        m += 1
+    return m
 
 
 class GapRunner:
@@ -202,7 +216,8 @@ class GapRunner:
                 paired = texts[(spec.cut_like, sid, cell, j)][4].kept_tokens
                 a = anchor_read(self.tok, ids, rollout, r.anchor, cut=paired, **forms)
                 if a.rule.startswith("own"):  # its own anchor stands before the cut: cut before it, so it is forced
-                    a = anchor_read(self.tok, ids, rollout, r.anchor, cut=max(0, a.kept_tokens - 1), **forms)
+                    a = anchor_read(self.tok, ids, rollout, r.anchor, cut=_before_anchor(self.tok, rollout.tokens[:paired],
+                                                                                         r.anchor, forms), **forms)
             else:
                 a = anchor_read(self.tok, ids, rollout, r.anchor, cut=getattr(self.profile, spec.budget), **forms)
             out.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, a.kept_tokens, a.rule, ids,
