@@ -138,7 +138,8 @@ def _rider(run: Run, cell: str, mask: np.ndarray, floor: float, rng, n_boot: int
     per = agree.reindex(run.ids).to_numpy(dtype=np.float64, na_value=np.nan)
     mass = [run.col(cell, r, "letter_mass", budget=b) for r, b in ((DOSE_RIDER, long), (DOSE_RIDER_CUT, short))]
     ok = mask & ~np.isnan(per) & (np.nan_to_num(mass[0], nan=-1) >= floor) & (np.nan_to_num(mass[1], nan=-1) >= floor)
-    return estimates_from("dose", cell, [name], per[ok][:, None], rng, n_boot)[0]
+    note = "rider agreement: the definition is ours (P1-A6 names per-scenario agreement, defines it nowhere)"
+    return estimates_from("dose", cell, [name], per[ok][:, None], rng, n_boot, notes={name: note})[0]
 
 
 def rider_agreement(run_dir: str | Path, cell: str) -> pd.Series | None:

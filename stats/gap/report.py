@@ -305,7 +305,11 @@ def _other_sections(a: RunAnalysis) -> list[str]:
             ["contrast", "primary", "twin (P1-A12)"],
             [[q, cell(a.get("dose", q, "primary")), cell(a.get("dose", q, "twin"))] for q in qs])
             + "\n\nPaired differences in the violating option's mass at the forced answer, on the screened "
-              "scenarios; `completed` rows are the share of rollouts whose text ended within the budget."))
+              "scenarios; `completed` rows are the share of rollouts whose text ended within the budget. "
+              "The `a / b` rows (the ratio reading, P1-A14: arm a's mean violating mass over arm b's) and the "
+              "`rider agreement` row (P1-A6: per scenario, the share of rider rollouts whose answer at the dose "
+              "budget names the option of their answer at the rider's end) follow our definitions: the paper "
+              "names both readings and defines neither."))
     for name, title in (("raw", "Raw completion frame (Table 15)"), ("bridge", "Chat-vs-raw bridge"),
                         (HARM_TWIN, "F5 harm-matched twin (descriptive)")):
         ests = a.select(name)
