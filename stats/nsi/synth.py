@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from contract import FRAMINGS, NEGATED
+from contract.metadata import METADATA
 from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
 
 DILEMMAS = (
@@ -77,8 +78,8 @@ def _reply_row(rng: np.random.Generator, model: str, dil: str, dom: str, f: str,
                endorse: int | None) -> dict:
     """One reply row; ``endorse`` None makes a reply cut at the budget that no parser stage accepts."""
     neg = NEGATED[f]
-    row = {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg, "temperature": temp,
-           "sample": idx}
+    row = {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg, METADATA: None,
+           "temperature": temp, "sample": idx}
     decision = "agree" if bool(endorse) != neg else "disagree"
     text, stage = _reply(rng, decision, int(bool(endorse)))
     if endorse is None:
@@ -102,7 +103,7 @@ def _continuous_row(rng: np.random.Generator, model: str, dil: str, dom: str, f:
     # At T 0.7 the two words' odds sharpen by the power 1 / 0.7 (top-p leaves both in the nucleus here).
     odds = (pa / (1.0 - pa)) ** (1 / 0.7)
     pt = odds / (1.0 + odds)
-    return {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg,
+    return {"model": model, "dilemma_id": dil, "domain": dom, "framing": f, "negated": neg, METADATA: None,
             "mass_agree": pa * total, "mass_disagree": (1.0 - pa) * total, "p_agree": pa,
             "p_endorse": 1.0 - pa if neg else pa, "prompt_tokens": int(rng.integers(250, 420)),
             "mass_agree_tempered": pt * total, "mass_disagree_tempered": (1.0 - pt) * total, "p_agree_tempered": pt,

@@ -37,7 +37,7 @@ def test_every_error_is_a_stats_input_error():
 
 
 def _continuous_rows(n=2):
-    return [{"model": "m", "dilemma_id": f"d{i}", "domain": "legal", "framing": "F0", "negated": False,
+    return [{"model": "m", "dilemma_id": f"d{i}", "domain": "legal", "framing": "F0", "negated": False, "metadata": None,
              "mass_agree": 0.3, "mass_disagree": 0.5, "p_agree": 0.375, "p_endorse": 0.375, "prompt_tokens": 300,
              "mass_agree_tempered": 0.2, "mass_disagree_tempered": 0.6, "p_agree_tempered": 0.25,
              "p_endorse_tempered": 0.25, "tempered_temperature": 0.7, "tempered_top_p": 0.95}

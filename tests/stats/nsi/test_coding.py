@@ -195,7 +195,7 @@ def _paper_sample(tmp_path):
             integ = "DECISION_REASONING_CONFLICT" if j < conflicts.get((model, f), 0) else None
             decision = "agree" if bool(endorse) != NEGATED[f] else "disagree"
             rows.append({"model": model, "dilemma_id": "financial-1", "domain": "financial", "framing": f,
-                         "negated": NEGATED[f], "temperature": 0.7, "sample": sample, "text": "{}",
+                         "negated": NEGATED[f], "metadata": None, "temperature": 0.7, "sample": sample, "text": "{}",
                          "generated_tokens": 50, "truncated": False, "parse_ok": True, "parse_stage": 1,
                          "parse_error": None, "decision": decision, "endorse": endorse, "reasoning": "r",
                          **dict.fromkeys(("confidence", "adherence_to_laws", "adherence_to_social_ethics",
