@@ -6,6 +6,8 @@ own screened scenarios,
 - the per-scenario difference of the violating mass at the forced answer between two arms, with a scenario
   bootstrap CI (quantity `a - b`);
 - the ratio reading (P1-A14, post-hoc; quantity `a / b`): see `ratio_reading`;
+- the norm arm's share of the reasoning contrast (quantity `(norm - filler) / (reasoning - filler)`; the abstract's
+  "about a third"): see `effect_share`;
 - each arm's completed fraction (how often the generated text ended within its budget: "reasoning finishes
   within 512 tokens");
 - the rider (P1-A6, "2,048-token rider at 8 rollouts per scenario, per-scenario agreement as its readout";
@@ -48,6 +50,10 @@ CONTRASTS = (
     (DOSE_NORM, DOSE_FILLER),
 )
 """The paired contrasts of Table 8 (arm minus arm); each is also read as a ratio (arm over arm)."""
+SHARES = ((DOSE_NORM, DOSE_REASONING, DOSE_FILLER),)
+"""(arm, reference, control): the arm's contrast with the control as a share of the reference's (quantity
+`(a - c) / (r - c)`). The abstract's reading of the norm arm: "naming the norm at stake does about a third of
+that" (of what reasoning does, against the same filler)."""
 
 
 def arm_label(readout: str, budget, several: bool) -> str:
@@ -75,6 +81,41 @@ def ratio_reading(a: np.ndarray, b: np.ndarray, rng, n_boot: int) -> tuple[float
     return value[0], low[0], high[0], se[0]
 
 
+def effect_share(arm: np.ndarray, reference: np.ndarray, rng, n_boot: int) -> tuple[float, float, float, float]:
+    """How much of the reference arm's contrast an arm reaches: mean(arm - control) / mean(reference - control),
+    both per-scenario differences on the same scenarios (value, low, high, se; a scenario bootstrap that
+    resamples the scenarios once for both, percentile CI). A ratio of mean contrasts, not a mean of per-scenario
+    ratios (a scenario where reasoning moves nothing would make its own ratio unbounded). 1: the arm does what
+    the reference does; 0: nothing. Undefined (NaN) when the reference's mean contrast is 0."""
+    x = np.column_stack([arm, reference])
+
+    def combine(sums):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(sums[..., 1:2] != 0, sums[..., 0:1] / sums[..., 1:2], np.nan)
+
+    value, low, high, se = scenario_bootstrap(x, rng, n_boot, combine=combine)
+    return value[0], low[0], high[0], se[0]
+
+
+def _shares(contrasts: dict, cell: str, mask: np.ndarray, rng, n_boot: int) -> list[Estimate]:
+    """SHARES rows from the cell's contrasts, keyed (arm, control, control's label) -> (arm's label, values, ok)."""
+    out = []
+    for arm, ref, ctl in SHARES:
+        for (a, c, lc), (la, va, ok_a) in contrasts.items():
+            if a != arm or c != ctl or (ref, ctl, lc) not in contrasts:
+                continue
+            lr, vr, ok_r = contrasts[(ref, ctl, lc)]
+            name, m = f"({la} - {lc}) / ({lr} - {lc})", mask & ok_a & ok_r
+            if m.sum() < 1:
+                out.append(empty("dose", name, cell))
+                continue
+            value, low, high, se = effect_share(va[m], vr[m], rng, n_boot)
+            out.append(make_estimate("dose", name, cell, int(m.sum()), value, low, high, se,
+                                     f"scenario bootstrap ({n_boot}), ratio of mean contrasts",
+                                     "share of the reasoning contrast (the abstract's 'about a third' for the norm arm)"))
+    return out
+
+
 def dose_estimates(run: Run, mask: np.ndarray, floor: float, rng, n_boot: int) -> list[Estimate]:
     out: list[Estimate] = []
     for cell in PAIRED:
@@ -82,6 +123,7 @@ def dose_estimates(run: Run, mask: np.ndarray, floor: float, rng, n_boot: int) -
         several = any(len(b) > 1 for a, b in budgets.items() if a in ARMS)
         columns: list[tuple[str, np.ndarray, np.ndarray]] = []  # (quantity, per-scenario value, defined)
         ratios: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+        contrasts: dict = {}  # (a, b, b's label) -> (a's label, a - b per scenario, defined): for SHARES
         for a, b in CONTRASTS:
             if a not in budgets or b not in budgets:
                 continue
@@ -92,6 +134,7 @@ def dose_estimates(run: Run, mask: np.ndarray, floor: float, rng, n_boot: int) -
                 ok = ~np.isnan(va - vb) & (np.nan_to_num(ma, nan=-1) >= floor) & (np.nan_to_num(mb, nan=-1) >= floor)
                 la, lb = arm_label(a, ba, several), arm_label(b, bb, several)
                 columns.append((f"{la} - {lb}", va - vb, ok))
+                contrasts[(a, b, lb)] = (la, va - vb, ok)
                 ratios.append((f"{la} / {lb}", va, vb, ok))
         for a, bs in budgets.items():
             for ba in bs:
@@ -114,6 +157,7 @@ def dose_estimates(run: Run, mask: np.ndarray, floor: float, rng, n_boot: int) -
             out.append(make_estimate("dose", name, cell, int(m.sum()), value, low, high, se,
                                      f"scenario bootstrap ({n_boot}), ratio of means",
                                      "ratio reading: the definition is ours (the paper gives none)"))
+        out += _shares(contrasts, cell, mask, rng, n_boot)
         if DOSE_RIDER in budgets and DOSE_RIDER_CUT in budgets:
             out.append(_rider(run, cell, mask, floor, rng, n_boot))
     order = {(e.subset, e.quantity): i for i, e in enumerate(out)}
@@ -126,7 +170,7 @@ def _kind(quantity: str) -> int:
         return 3
     if quantity.startswith("rider"):
         return 2
-    return 1 if " / " in quantity else 0
+    return 1 if "/" in quantity else 0
 
 
 def _rider(run: Run, cell: str, mask: np.ndarray, floor: float, rng, n_boot: int) -> Estimate:

@@ -104,3 +104,21 @@ def _truth(rho: float) -> float:
         a = np.clip(rho * b * rng.gamma(8, 1 / 8, size=b.size), 0, 1)
         _TRUTHS[rho] = a.mean() / b.mean()
     return _TRUTHS[rho]
+
+
+def test_norm_share_of_the_reasoning_contrast(dose_run):
+    """The abstract's reading of the norm arm ("naming the norm at stake does about a third of that"): the norm
+    arm's contrast with the filler as a share of the reasoning arm's, a ratio of mean contrasts on the same
+    scenarios. Planted so that a mean of per-scenario ratios (s3: reasoning moves nothing, its ratio undefined)
+    and a ratio of the arms' masses (norm over reasoning) give other numbers."""
+    df = pd.read_parquet(dose_run / "scenarios.parquet")
+    norm = {"s1": 0.45, "s2": 0.3, "s3": 0.4}  # filler 0.5, 0.4, 0.5; reasoning 0.3, 0.2, 0.5 (the fixture)
+    extra = pd.DataFrame([_row(sid, "F1", "primary", "dose_norm", "norm", p, budget=512, completed_fraction=0.2)
+                          for sid, p in norm.items()]).assign(violating="b")
+    df = pd.concat([df, extra], ignore_index=True)
+    df["budget"] = df["budget"].astype("Int64")
+    df.to_parquet(dose_run / "scenarios.parquet", index=False)
+    share = analyze(dose_run, n_boot=300).get("dose", "(norm - filler) / (reasoning - filler)", "primary")
+    assert share.n == 3 and share.value == pytest.approx((-0.05 - 0.1 - 0.1) / (-0.2 - 0.2 + 0.0))  # 0.625
+    assert share.value != pytest.approx(sum(norm.values()) / (0.3 + 0.2 + 0.5))  # not norm / reasoning masses
+    assert share.low <= share.value <= share.high
