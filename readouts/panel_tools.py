@@ -6,7 +6,7 @@ import statistics
 from collections import Counter, defaultdict
 
 from contract.names import FRAMINGS
-from panels.frames import FRAMES, render, render_polarity
+from panels.frames import DEFAULT_VERSION, FRAMES, render, render_polarity
 from panels.lint import report_lines
 from panels.review import review_summary
 from panels.schema import PanelError, load_panel
@@ -26,12 +26,13 @@ def validate(paths) -> list[tuple[str, str | None]]:
 
 
 def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", order_index: int | None = None,
-         seed: int = 0, model: str | None = None, profile: str = "quick") -> str:
+         seed: int = 0, model: str | None = None, profile: str = "quick", frames: str = DEFAULT_VERSION) -> str:
     """The messages of one rendered frame, or with `model` the exact prompt text that model will read.
 
     With `order_index`, the options stand in the order a `readout run` with this `seed` and `profile` read
     at that index (the same seeding as the run: probes.parquet's `order_index`); frames read after
-    generated text (judge paraphrases, dose arms) have one order each, and the index must be 0."""
+    generated text (judge paraphrases, dose arms) have one order each, and the index must be 0. `frames` is the
+    frames version the run read (its manifest's frames_version; `--set frames=v2`)."""
     panel = load_panel(panel_name)
     record = panel.get(record_id)
     if panel.kind == "nsi":
@@ -45,7 +46,7 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
         order = None
         if order_index is not None:
             order = _run_order(record, frame, order_index, seed, profile, panel.path)
-        rendered = render(record, frame, cell, order)
+        rendered = render(record, frame, cell, order, frames)
         messages, text, system = rendered.messages, rendered.text, rendered.system
         mapping = ", ".join(f"{letter}={oid}" for letter, oid in zip(rendered.letters, rendered.option_ids))
         header = f"{record.id} {frame} {cell} ({rendered.version}); letters {mapping}; violating {rendered.violating_letter}"

@@ -129,8 +129,8 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
     """The plan as printed by `--plan`."""
     gpu = GPUS[gpu_name]
     lines = [header,
-             f"model: {size.params / 1e9:.2f} B parameters, {size.weight_bytes / 1e9:.1f} GB in bf16, "
-             f"{size.kv_bytes_per_token / 1024:.0f} KiB of keys/values per token",
+             f"model: {_count(size.params)} parameters, {_count(size.weight_bytes, 'B')} in bf16, "
+             f"{_count(size.kv_bytes_per_token, 'B')} of keys/values per token",
              f"estimate on {gpu.name}: {gpu.bf16_flops / 1e12:.0f} TFLOP/s bf16 at {PREFILL_EFFICIENCY:.0%}, "
              f"{gpu.bandwidth / 1e12:.2f} TB/s at {DECODE_EFFICIENCY:.0%}",
              f"{'stage':<10} {'prompts':>8} {'prompt tok':>11} {'computed':>10} {'rollouts':>9} {'gen. max':>10} "
@@ -141,6 +141,14 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
                      f"{_time(r['decode_s']):>8} {_time(r['reread_s']):>8} {_time(r['total_s']):>8}")
     lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements.")
     return lines
+
+
+def _count(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M', with the unit after it ('1.23 MB'); small numbers as they are."""
+    for scale, prefix in ((1e9, "G" if unit else "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.2f} {prefix}{unit}"
+    return f"{n:.0f} {unit}".rstrip()
 
 
 def _time(seconds: float) -> str:

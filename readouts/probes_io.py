@@ -54,7 +54,8 @@ def read_probes(path: str | Path) -> list[ProbeRecord]:
     for where, line, obj in _objects(path):
         unknown = sorted(set(obj) - PROBE_FIELDS)
         if unknown:
-            raise ProbeInputError(f"{where}: {unknown[0]}: unknown field (allowed: {', '.join(sorted(PROBE_FIELDS))})")
+            raise ProbeInputError(f"{where}: {unknown[0]}: unknown field (allowed: {', '.join(sorted(PROBE_FIELDS))}; "
+                                  f"your own fields go in '{METADATA}', or in '{METADATA}.<key>' columns of a table)")
         if "id" not in obj:
             raise ProbeInputError(f"{where}: id: missing")
         pid = obj["id"]

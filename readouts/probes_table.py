@@ -48,7 +48,7 @@ def _json_cell(v, where: str, field: str):
     try:
         return json.loads(v)
     except json.JSONDecodeError as exc:
-        raise ProbeInputError(f"{where}: {field}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise ProbeInputError(f"{where}: {field}: not valid JSON ({exc.msg} at character {exc.pos + 1} of the cell)") from None
 
 
 def _letters_cell(v, where: str):

@@ -139,3 +139,14 @@ def test_run_manifest_names_the_registry_file(tmp_path, capsys):
     assert manifest["model"]["path"] == str((tmp_path / "ckpt").resolve())
     code, _, err = run(["run", "--model", "my-ckpt", "--out", str(tmp_path / "r2")], capsys)  # no file: unknown alias
     assert code == 2 and "unknown model 'my-ckpt'" in err
+
+
+def test_a_registered_folder_that_is_missing_is_named_with_its_file(tmp_path, capsys):
+    f = write(tmp_path / "models.toml", MINE)  # my-ckpt points at tmp_path/ckpt, which does not exist
+    code, out, _ = run(["models", "--models", str(f)], capsys)
+    assert code == 0 and f"no folder at {tmp_path / 'ckpt'}" in out
+    (tmp_path / "p.jsonl").write_text('{"id": 1, "text": "Pick", "letters": ["A", "B"]}\n')
+    code, _, err = run(["score", str(tmp_path / "p.jsonl"), "--model", "my-ckpt", "--models", str(f),
+                        "--out", str(tmp_path / "o.jsonl")], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert f"the local folder {tmp_path / 'ckpt'} does not exist (registered in {f})" in err

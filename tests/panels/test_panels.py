@@ -242,3 +242,7 @@ def test_cli_show_and_stats(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["panels", "show", "gap-v1", s.id, "--frame", "judge_9"])
     assert exc.value.code == 2 and "frame: 'judge_9'" in capsys.readouterr().err
+    for frames, has_norm in (("v1", False), ("v2", True)):  # the norm arm states the norm from frames v2 on
+        with pytest.raises(SystemExit):
+            main(["panels", "show", "gap-v1", s.id, "--frame", "dose_norm", "--frames", frames])
+        assert (s.norm in capsys.readouterr().out) == has_norm, frames
