@@ -261,18 +261,12 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
 @click.option("--order", default=None, help="stages in plotting order, comma-separated (default: sft, dpo, by step, final)")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--n-boot", default=10_000, show_default=True, type=int)
-def compare_cmd(run_dirs, out, roles, order, seed, n_boot):
+@click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
+def compare_cmd(run_dirs, out, roles, order, seed, n_boot, mass_floor):
     """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
-    from stats.gap import compare_runs
+    from stats.gap.compare_report import compare_command
 
-    role_map = {}
-    for item in roles:
-        k, _, v = item.partition("=")
-        if not k or ":" not in v or not all(v.partition(":")[::2]):
-            raise ReadoutError(f"--role: '{item}' must look like RUN_DIR=lineage:stage, e.g. runs/x=olmo-3-7b:sft")
-        role_map[k] = v
-    for line in compare_runs(list(run_dirs), out, seed=seed, n_boot=n_boot, roles=role_map or None,
-                             order=tuple(s.strip() for s in (order or "").split(",") if s.strip())):
+    for line in compare_command(run_dirs, out, roles, order, seed=seed, n_boot=n_boot, mass_floor=mass_floor):
         click.echo(line)
 
 

@@ -50,10 +50,11 @@ class Checkpoint:
     """Its sweep.toml entry (None: a registered alias whose own lineage and stage are its role)."""
 
 
-def listed(models: Sequence[str], list_file: str | None) -> list[tuple[str, str | None]]:
-    """(name, role or None) in order: each `--model`, then the list file's lines (`NAME [lineage:stage]`; `#`
-    starts a comment; a relative folder is read from the file's folder). `NAME@r1,r2` gives one per revision."""
-    items = [(m, None) for m in models]
+def listed(models: Sequence[str], list_file: str | None) -> list[tuple[str, str | None, str]]:
+    """(name, role or None, the name as written) in order: each `--model`, then the list file's lines (`NAME
+    [lineage:stage]`; `#` starts a comment; a relative folder is read from the file's folder, so its name differs
+    from the one written). `NAME@r1,r2` gives one per revision."""
+    items = [(m, None, m) for m in models]
     if list_file is not None:
         path = Path(list_file)
         try:
@@ -67,14 +68,14 @@ def listed(models: Sequence[str], list_file: str | None) -> list[tuple[str, str 
             if len(parts) > 2 or (len(parts) == 2 and ":" not in parts[1]):
                 raise ReadoutError(f"{list_file}: line {n}: must be NAME or NAME lineage:stage, got '{line.strip()}'")
             name = str(path.parent / parts[0]) if (path.parent / parts[0]).exists() else parts[0]
-            items.append((name, parts[1] if len(parts) == 2 else None))
+            items.append((name, parts[1] if len(parts) == 2 else None, parts[0]))
     out = []
-    for name, role in items:
+    for name, role, written in items:
         base, at, revs = name.rpartition("@")
         if at and base and "," in revs and not Path(name).exists():
-            out += [(f"{base}@{r.strip()}", role) for r in revs.split(",") if r.strip()]
+            out += [(f"{base}@{r.strip()}", role, f"{base}@{r.strip()}") for r in revs.split(",") if r.strip()]
         else:
-            out.append((name, role))
+            out.append((name, role, written))
     if not out:
         raise ReadoutError("--model: no checkpoints given (--model NAME, repeated, or --list FILE)")
     return out
@@ -87,15 +88,16 @@ def _role(text: str, where: str) -> tuple[str, str]:
     return lineage, stage
 
 
-def plan(items: Sequence[tuple[str, str | None]], stages: Mapping[str, str], lineage: str | None,
+def plan(items: Sequence[tuple], stages: Mapping[str, str], lineage: str | None,
          default_lineage: str) -> list[Checkpoint]:
-    """Each listed checkpoint resolved (in the registry in force) and given its label, role and sweep.toml entry;
-    bad names and clashing roles fail here, before any model loads."""
+    """Each listed checkpoint (name, role or None[, name as written]) resolved (in the registry in force) and
+    given its label, role and sweep.toml entry; bad names and clashing roles fail here, before any model loads.
+    `stages` names a checkpoint by its label, its name as written, or (a folder) any path to the same folder."""
     from engine.registry import registry, resolve
 
     known, labels, roles, out = registry(), set(), {}, []
-    unused = set(stages)
-    for given, listed_role in items:
+    unused, names = set(stages), []
+    for given, listed_role, *written in items:
         spec = resolve(given)
         base, at, revision = given.rpartition("@")
         revision = revision if at and base and spec.revision == revision else None
@@ -105,8 +107,13 @@ def plan(items: Sequence[tuple[str, str | None]], stages: Mapping[str, str], lin
         label = next(f"{label}-{i}" if i else label for i in range(len(items) + 1)
                      if (f"{label}-{i}" if i else label) not in labels)
         labels.add(label)
-        role_text = stages.get(given) or stages.get(label) or listed_role
-        unused -= {given, label}
+        keys = _stage_keys(stages, {given, label, *written}, spec.path if spec.source == "local" else None)
+        if len({stages[k] for k in keys}) > 1:
+            raise ReadoutError(f"--stage: {' and '.join(keys)} name the same checkpoint ({label}) with different roles")
+        role_text = stages[keys[0]] if keys else listed_role
+        unused -= set(keys)
+        as_listed = written[0] if written else given
+        names.append(label if as_listed == label else f"{label} ({as_listed})")
         if role_text is not None:
             role = _role(role_text, f"{given}: role")
         elif spec.lineage and not revision:
@@ -131,8 +138,21 @@ def plan(items: Sequence[tuple[str, str | None]], stages: Mapping[str, str], lin
             entry["override"] = True
         out.append(Checkpoint(given, label, *role, alias=label, entry=entry))
     if unused:
-        raise ReadoutError(f"--stage: {sorted(unused)[0]}: not one of the checkpoints listed")
+        raise ReadoutError(f"--stage: {sorted(unused)[0]}: not one of the checkpoints listed; name one by its label or "
+                           f"its name as listed: {', '.join(names)}")
     return out
+
+
+def _stage_keys(stages: Mapping[str, str], names: set[str], folder: str | None) -> list[str]:
+    """The `--stage` names that name this checkpoint: one of `names` (its label and names as given or written),
+    or, for a local folder, any path that resolves to it."""
+    def same_folder(key: str) -> bool:
+        try:
+            return folder is not None and Path(key).expanduser().resolve() == Path(folder).resolve()
+        except (OSError, RuntimeError):
+            return False
+
+    return [k for k in stages if k in names or same_folder(k)]
 
 
 def _label(name: str, revision: str | None) -> str:
@@ -288,7 +308,8 @@ def sweep_command() -> click.Command:
         click.option("--list", "list_file", default=None, type=click.Path(dir_okay=False),
                      help="a file listing checkpoints, one a line: NAME [lineage:stage]"),
         click.option("--stage", "stages", multiple=True, metavar="NAME=LINEAGE:STAGE",
-                     help="the role of a listed checkpoint (by its name as listed or its label), e.g. ./ckpt=mine:step-100"),
+                     help="the role of a listed checkpoint (by its label, its name as listed, or a path to its folder), "
+                     "e.g. ./ckpt=mine:step-100"),
         click.option("--lineage", default=None, help="lineage of the checkpoints that get no other (default: the "
                      "model's for NAME@REV, else the sweep folder's name)"),
         click.option("--study", "kind", type=click.Choice(STUDIES), default="gap", show_default=True,

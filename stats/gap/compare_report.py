@@ -1,8 +1,9 @@
 """`readout compare RUN_DIR...`: the cross-run analyses of `stats.gap.compare` written as tables, figures
 and compare_report.md.
 
-Owns: `compare_runs` (the CLI's entry point), the files of the output folder (cross_recipe.csv,
-compare_estimates.csv, compare_report.md, the figures) and the headline lines.
+Owns: `compare_runs` (the analysis's entry point), `compare_command` (the CLI's: its options parsed), the files
+of the output folder (cross_recipe.csv, compare_estimates.csv, compare_report.md, the figures) and the headline
+lines, with a warning per run whose scenarios the mass floor mostly removes (`stats.gap.report.floor_warnings`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from stats.gap import figures
 from stats.gap.analysis import analyze
 from stats.gap.compare import Comparison, RecipeRow, compare, find_estimate
 from stats.gap.control import VALIDATION_BAR
+from stats.gap.report import floor_warnings
 from stats.gap.screen import DEFAULT_MASS_FLOOR, GATE_FAMILIES
 from stats.gap.tables import load_run
 
@@ -42,7 +44,8 @@ def compare_runs(run_dirs: Sequence, out_dir, seed: int = 0, n_boot: int = 10_00
         for old in out.glob(pattern):
             old.unlink()
     lines = [f"compare: {len(c.analyses)} runs: " + ", ".join(
-        f"{a.model} ({r.lineage}:{r.stage})" for a, r in zip(c.analyses, c.roles))]
+        f"{a.model} ({r.lineage}:{r.stage})" for a, r in zip(c.analyses, c.roles)) + f"; mass floor {mass_floor:g}"]
+    lines += [w for a, r in zip(c.analyses, c.roles) for w in floor_warnings(a, f"{a.model} ({r.lineage}:{r.stage})")]
     panels = sorted({a.run.panel for a in c.analyses})
     if len(panels) > 1:
         lines.append(f"note: runs come from different panels ({', '.join(panels)}); pairs use shared scenario ids")
@@ -58,6 +61,21 @@ def compare_runs(run_dirs: Sequence, out_dir, seed: int = 0, n_boot: int = 10_00
     (out / "compare_report.md").write_text(_report(c, seed, n_boot, mass_floor, gate, lines, sections, tables + figs))
     lines.append(f"wrote {len(tables)} tables, {len(figs)} figures and compare_report.md to {out}")
     return lines
+
+
+def compare_command(run_dirs: Sequence, out_dir, roles: Sequence[str] = (), order: str | None = None, seed: int = 0,
+                    n_boot: int = 10_000, mass_floor: float | None = None) -> list[str]:
+    """`readout compare`'s options as typed (`--role RUN_DIR=lineage:stage` repeated, `--order a,b,c`, `--mass-floor`
+    None for the default) parsed and handed to `compare_runs`."""
+    role_map = {}
+    for item in roles:
+        k, _, v = item.partition("=")
+        if not k or ":" not in v or not all(v.partition(":")[::2]):
+            raise CompareError(f"--role: '{item}' must look like RUN_DIR=lineage:stage, e.g. runs/x=olmo-3-7b:sft")
+        role_map[k] = v
+    floor = {} if mass_floor is None else {"mass_floor": mass_floor}
+    return compare_runs(list(run_dirs), out_dir, seed=seed, n_boot=n_boot, roles=role_map or None,
+                        order=tuple(s.strip() for s in (order or "").split(",") if s.strip()), **floor)
 
 
 def _report(c: Comparison, seed, n_boot, floor, gate, lines, sections, files) -> str:

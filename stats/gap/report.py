@@ -19,7 +19,7 @@ from stats.gap.analysis import RunAnalysis, Skipped, analyze
 from stats.gap.continuous import CONTINUOUS_QUANTITIES
 from stats.gap.control import VALIDATION_BAR, passes_bar
 from stats.gap.harness import forced_warnings
-from stats.gap.names import CHAT, CHAT_FRAMES, HARM_TWIN, PRIMARY
+from stats.gap.names import CHAT, DEFAULT_FRAME, HARM_TWIN, PRIMARY, RAW
 from stats.gap.screen import DEFAULT_MASS_FLOOR, GATE_FAMILIES, LEVELS, MIN_VERDICT_N, SCREEN_BAND
 
 FIGURES = {
@@ -120,18 +120,40 @@ def write_figures(a: RunAnalysis, out: Path) -> tuple[list[Path], list[str]]:
     return figs, notes
 
 
+def floor_warnings(a: RunAnalysis, who: str = "") -> list[str]:
+    """A warning line per frame (chat: D and J; raw: raw_D and raw_J) whose letter mass falls below the mass
+    floor on most (over half) of the primaries the analyses need (chat: the gate-family primaries the screen
+    counts, when it could be applied), naming the floor and the median letter mass. `who` names the run in a
+    line about several (readout compare)."""
+    gate_row = next((r for r in a.screen_rows if r.family == "gate families"), None)
+    out = []
+    for readouts in (CHAT, RAW):
+        rows = [f for f in a.floors if f.cell == PRIMARY and f.readout in readouts
+                and f.frame.split(" ")[0] == DEFAULT_FRAME[f.readout]]
+        if readouts == CHAT and gate_row is not None:
+            removed, of, what = gate_row.below_floor, gate_row.primaries, "gate-family primaries"
+        elif rows:
+            worst = max(rows, key=lambda f: f.below_floor / f.rows if f.rows else 0.0)
+            removed, of, what = worst.below_floor, worst.rows, "primaries" if readouts == CHAT else "raw-frame primaries"
+        else:
+            continue
+        if not of or removed <= of / 2:
+            continue
+        mass = ", ".join(f"{r} {'–' if m is None else f'{m:.2g}'}"
+                         for r, m in {f.readout: f.median_mass for f in rows}.items())
+        out.append(f"warning: {who + ': ' if who else ''}the mass floor {a.floor:g} removes {removed} of {of} {what} "
+                   f"(median letter mass: {mass or '–'}); this model rarely answers with a letter; a lower "
+                   "--mass-floor keeps more of them")
+    return out
+
+
 def headline(a: RunAnalysis) -> list[str]:
     run = a.run
     lines = []
     gate_row = next((r for r in a.screen_rows if r.family == "gate families"), None)
     scr = f"{gate_row.primaries} gate-family primaries, {gate_row.screened} screened" if gate_row else "no screen"
     lines.append(f"{run.model} on {run.panel}: {run.n} scenarios; {scr}; mass floor {a.floor:g}")
-    if gate_row is not None and gate_row.primaries and gate_row.below_floor > gate_row.primaries / 2:
-        mass = {f.readout: f.median_mass for f in a.floors if f.cell == PRIMARY and f.readout in CHAT
-                and f.frame.split(" ")[0] in CHAT_FRAMES}
-        lines.append(f"warning: the mass floor removes {gate_row.below_floor} of {gate_row.primaries} gate-family "
-                     f"primaries (median letter mass: D {num(mass.get('D'), 4)}, J {num(mass.get('J'), 4)}); "
-                     "this model rarely answers with a letter")
+    lines += floor_warnings(a)
     e0 = a.get("continuous", "E", "L0")
     if e0 is not None:
         lines.append(f"paired excess E (screened, L0): {e0.fmt()}; detection bar (MDE) {num(e0.mde)}")

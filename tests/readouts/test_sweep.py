@@ -4,6 +4,7 @@ a re-run skips the finished runs and resumes a killed one. Also how checkpoints 
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,6 +79,20 @@ def test_sweep_over_three_checkpoints_then_rerun(ckpts, tmp_path, capsys):
     report = (out / "compare" / "compare_report.md").read_text()
     assert "Checkpoint sweep: tiny" in report
 
+    # `readout compare OUT/runs/*` with the sweep's --n-boot and --mass-floor reproduces its comparison; at the
+    # default floor every tiny checkpoint (letter mass ~1e-5) is named in a warning suggesting --mass-floor
+    dirs = [str(out / "runs" / f"step-{s}") for s in (300, 100, 200)]  # the sweep's order
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", *dirs, "--out", str(tmp_path / "again"), "--n-boot", "50", "--mass-floor", "0"])
+    again = capsys.readouterr().out
+    assert exc.value.code == 0 and again.replace(str(tmp_path / "again"), str(out / "compare")) == stdout
+    assert "mass floor 0" in stdout and "warning:" not in stdout
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", *dirs, "--out", str(tmp_path / "again"), "--n-boot", "50"])
+    warnings = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
+    assert exc.value.code == 0 and [w.split(" (")[0] for w in warnings] == [f"warning: {Path(d).name}" for d in dirs]
+    assert all("the mass floor 0.5 removes" in w and "--mass-floor" in w for w in warnings), warnings
+
     # A re-run skips the three finished runs (nothing is loaded or recomputed) and compares again.
     stamps = {n: (out / "runs" / n / "probes.parquet").stat().st_mtime_ns for n in runs}
     code, stdout2, err = sweep([*models, "--lineage", "tiny", "--out", str(out), *QUICK], capsys)
@@ -103,8 +118,8 @@ def test_listing_revisions_files_and_roles(ckpts, tmp_path):
     shutil.copytree(ckpts / "step-100", tmp_path / "step-100")
     shutil.copytree(ckpts / "step-300", tmp_path / "step-300")
     items = listed(["org/model@step_10,step_20"], str(listing))
-    assert items == [("org/model@step_10", None), ("org/model@step_20", None),
-                     (str(tmp_path / "step-300"), "mine:late"), (str(tmp_path / "step-100"), None)]
+    assert items == [("org/model@step_10", None, "org/model@step_10"), ("org/model@step_20", None, "org/model@step_20"),
+                     (str(tmp_path / "step-300"), "mine:late", "step-300"), (str(tmp_path / "step-100"), None, "step-100")]
     cps = plan(items, {"org/model@step_20": "other:rl-20"}, None, "sweepdir")
     got = [(c.label, c.lineage, c.stage) for c in cps]
     assert got == [("model@step_10", "org/model", "step_10"), ("model@step_20", "other", "rl-20"),
@@ -122,6 +137,30 @@ def test_listing_revisions_files_and_roles(ckpts, tmp_path):
         plan([(str(ckpts / "step-100"), None)], {"nope": "a:b"}, None, "x")
 
 
+def test_stage_names_a_checkpoint_as_listed_by_label_or_by_any_path_to_it(ckpts, tmp_path, monkeypatch):
+    """--stage takes the label, the name as written in the list file (relative to the file's folder, not the
+    working one), a path relative to the working folder or an absolute one; anything else is refused with the
+    names it would take."""
+    (tmp_path / "ckpts").symlink_to(ckpts)
+    (tmp_path / "lists").mkdir()
+    listing = tmp_path / "lists" / "l.txt"
+    listing.write_text("".join(f"../ckpts/step-{s}\n" for s in (100, 200, 300)) + "tiny-llama3\n")
+    monkeypatch.chdir(tmp_path)
+    items = listed([], str(listing))
+    stages = {"../ckpts/step-100": "a:s-1", "ckpts/step-200": "a:s-2", str(ckpts / "step-300"): "a:s-3",
+              "tiny-llama3": "a:s-4"}
+    assert [(c.label, c.lineage, c.stage) for c in plan(items, stages, None, "x")] == [
+        ("step-100", "a", "s-1"), ("step-200", "a", "s-2"), ("step-300", "a", "s-3"), ("tiny-llama3", "a", "s-4")]
+    assert [c.stage for c in plan(items, {"step-200": "a:by-label"}, None, "x")][1] == "by-label"
+    with pytest.raises(ReadoutError, match=r"step-200 and ckpts/step-100/\.\./step-200 name the same checkpoint \(step-200\) with"):
+        plan(items, {"step-200": "a:s-2", "ckpts/step-100/../step-200": "a:s-9"}, None, "x")
+    with pytest.raises(ReadoutError) as exc:
+        plan(items, {"step-100/x": "a:s-1"}, None, "x")
+    assert str(exc.value) == ("--stage: step-100/x: not one of the checkpoints listed; name one by its label or its "
+                              "name as listed: step-100 (../ckpts/step-100), step-200 (../ckpts/step-200), "
+                              "step-300 (../ckpts/step-300), tiny-llama3")
+
+
 def test_stages_without_steps_follow_the_list():
     def cp(lineage, stage):
         return Checkpoint(stage, stage, lineage, stage, stage, None)
@@ -137,6 +176,8 @@ def test_sweep_refuses_bad_input_in_one_line(ckpts, tmp_path, capsys, monkeypatc
     assert code == 2 and "unknown model 'no-such-model'" in err and not (tmp_path / "o").exists()
     code, _, err = sweep(["--model", str(ckpts / "step-100"), "--stage", "x", "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "NAME=lineage:stage" in err
+    code, _, err = sweep(["--model", str(ckpts / "step-100"), "--stage", "nope=a:b", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and f"as listed: step-100 ({ckpts / 'step-100'})\n" in err and not (tmp_path / "o").exists()
     # A revision not on this machine is found before the first checkpoint runs.
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     code, _, err = sweep(["--model", str(ckpts / "step-100"), "--model", "some-org/absent@step_1,step_2",

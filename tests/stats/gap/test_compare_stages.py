@@ -64,3 +64,31 @@ def test_a_given_order(tmp_path):
     lines = compare_runs([a.run.path for a in runs], tmp_path / "cmp", n_boot=N_BOOT, order=("warmup", "mid", "late"))
     assert any(line.startswith("sweep lin: E warmup") for line in lines)
     assert (tmp_path / "cmp" / "checkpoint_sweep_lin.png").is_file()
+
+
+def test_a_floor_that_removes_most_scenarios_is_named_per_run(tmp_path):
+    """A run whose letter mass the floor mostly removes gets stats' warning line in compare's headline and report,
+    naming the run, the floor and the median letter mass and suggesting --mass-floor; a lower floor removes it."""
+    from stats.gap import run_report
+    from stats.gap.report import floor_warnings
+
+    dirs = [make_run_dir(tmp_path / s, SyntheticSpec(model=f"lin-{s}", n_scenarios=60, seed=3, readouts=("D", "J"),
+                                                      lineage="lin", stage=s, below_floor=b))
+            for s, b in (("step-1", 1.0), ("step-2", 0.03))]
+    lines = compare_runs(dirs, tmp_path / "c", n_boot=20)
+    assert lines[0].endswith("; mass floor 0.5")
+    (warning,) = [x for x in lines if x.startswith("warning:")]
+    assert warning.startswith("warning: lin-step-1 (lin:step-1): the mass floor 0.5 removes 46 of 46 gate-family "
+                              "primaries (median letter mass: D 0.2")
+    assert "--mass-floor" in warning and f"- {warning}" in (tmp_path / "c" / "compare_report.md").read_text()
+    # the very line `readout stats` prints for that run (one function), without the run's name
+    assert warning.replace("lin-step-1 (lin:step-1): ", "") in run_report(dirs[0], tmp_path / "s", n_boot=20)
+    lines = compare_runs(dirs, tmp_path / "c", n_boot=20, mass_floor=0.01)
+    assert lines[0].endswith("; mass floor 0.01") and not any(x.startswith("warning:") for x in lines)
+    assert "mass floor 0.01" in (tmp_path / "c" / "compare_report.md").read_text()
+    # a raw-frame run (a base model: no screen) is warned about on its raw readouts
+    base = make_run_dir(tmp_path / "b", SyntheticSpec(model="b", n_scenarios=60, seed=3, readouts=("raw",),
+                                                      lineage="lin", stage="base", raw_below_floor=0.9))
+    (raw_warning,) = floor_warnings(analyze(base, n_boot=20), "b (lin:base)")
+    assert raw_warning.startswith("warning: b (lin:base): the mass floor 0.5 removes 51 of 60 raw-frame primaries "
+                                  "(median letter mass: raw_D 0.2")
