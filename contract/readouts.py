@@ -16,7 +16,7 @@ FIRST_TOKEN = "first_token"
 ANCHOR = "anchor"
 """Read at the letter after an anchor ("Answer:") that follows generated text."""
 ANCHOR_RULES = ("own", "own_bold", "own_final", "own_dash", "own_case", "forced_after_completion", "forced_at_budget")
-"""The base rules of the probes' `anchor_rule` (engine.generation.ANCHOR_RULES, which must equal it): the
+"""The base rules of the probes' `anchor_rule` (engine.anchor.ANCHOR_RULES, which must equal it): the
 model's own anchor (`own`) or a variant of it, or an anchor forced after a finished reply or at the budget.
 A value may carry `+wrapped` (the letter wrapped in `**`/`()`/`[]`) and `+tool:<letter>` (an F3 tool's name
 where the letter would be)."""

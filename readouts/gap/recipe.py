@@ -14,8 +14,9 @@ import numpy as np
 from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from contract.tables import PAIRED_TOKENS, PROMPT_TEXT
+from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
-from engine.generation import anchor_read, find_anchor, generate, stop_token_ids
+from engine.generation import generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
 from engine.scoring import score_ids

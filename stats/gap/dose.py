@@ -71,14 +71,7 @@ def ratio_reading(a: np.ndarray, b: np.ndarray, rng, n_boot: int) -> tuple[float
     unbounded, while the ratio of means weighs each scenario by its mass, and it reads as "the arm keeps this
     share of the control's violating mass" (1 = no dose effect; the difference row gives the same contrast on
     the additive scale). Undefined (NaN) when arm b's mean mass is 0."""
-    x = np.column_stack([a, b])
-
-    def combine(sums):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(sums[..., 1:2] > 0, sums[..., 0:1] / sums[..., 1:2], np.nan)
-
-    value, low, high, se = scenario_bootstrap(x, rng, n_boot, combine=combine)
-    return value[0], low[0], high[0], se[0]
+    return _ratio_of_means(a, b, rng, n_boot)
 
 
 def effect_share(arm: np.ndarray, reference: np.ndarray, rng, n_boot: int) -> tuple[float, float, float, float]:
@@ -87,13 +80,18 @@ def effect_share(arm: np.ndarray, reference: np.ndarray, rng, n_boot: int) -> tu
     resamples the scenarios once for both, percentile CI). A ratio of mean contrasts, not a mean of per-scenario
     ratios (a scenario where reasoning moves nothing would make its own ratio unbounded). 1: the arm does what
     the reference does; 0: nothing. Undefined (NaN) when the reference's mean contrast is 0."""
-    x = np.column_stack([arm, reference])
+    return _ratio_of_means(arm, reference, rng, n_boot)
+
+
+def _ratio_of_means(num: np.ndarray, den: np.ndarray, rng, n_boot: int) -> tuple[float, float, float, float]:
+    """mean(num) / mean(den) on paired scenarios with a scenario bootstrap (value, low, high, se); NaN where
+    the denominator's mean is 0."""
 
     def combine(sums):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(sums[..., 1:2] != 0, sums[..., 0:1] / sums[..., 1:2], np.nan)
 
-    value, low, high, se = scenario_bootstrap(x, rng, n_boot, combine=combine)
+    value, low, high, se = scenario_bootstrap(np.column_stack([num, den]), rng, n_boot, combine=combine)
     return value[0], low[0], high[0], se[0]
 
 

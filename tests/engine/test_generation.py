@@ -4,7 +4,8 @@ independent of batch composition; stop tokens end a turn; every anchor rule is e
 
 import pytest
 
-from engine.generation import Rollout, anchor_read, derive_seed, generate, stop_token_ids
+from engine.anchor import anchor_read
+from engine.generation import Rollout, derive_seed, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from tests.conftest import CHAT_TINY, get_model
 

@@ -269,7 +269,8 @@ def test_generation_survives_out_of_memory(monkeypatch):
 
 def test_known_prefixes_from_generation_equal_plain():
     """Reads after generated text reuse the generation's prompt cache (left-padded batch) exactly."""
-    from engine.generation import anchor_read, generate, stop_token_ids
+    from engine.anchor import anchor_read
+    from engine.generation import generate, stop_token_ids
 
     lm = get_model("tiny-llama3")
     prompts = [encode_prompt(lm.tokenizer, Prompt(messages=({"role": "user", "content": f"Case {i}: which option, A or B? " + "Think. " * (3 * i)},)))

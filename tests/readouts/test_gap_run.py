@@ -270,7 +270,7 @@ def test_anchor_variant_needs_the_answer_after_it():
 
 def test_contract_names_the_engines_anchor_rules():
     from contract.readouts import ANCHOR_RULES
-    from engine.generation import ANCHOR_RULES as ENGINE_RULES
+    from engine.anchor import ANCHOR_RULES as ENGINE_RULES
     assert ANCHOR_RULES == ENGINE_RULES
 
 
