@@ -89,6 +89,17 @@ def _one_bos(tokenizer, ids: list[int]) -> list[int]:
     return ids
 
 
+def _tokenize_many(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+    """Token ids of many texts. A fast tokenizer whose backend has no truncation or padding set is called
+    directly (`encode_batch_fast`: no offsets, no attention masks; about 2.3x the batch call, which
+    `--plan` needs); otherwise, and for slow tokenizers, the tokenizer's own batch call. Same ids (tested)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    fast = getattr(backend, "encode_batch_fast", None)
+    if fast is not None and backend.truncation is None and backend.padding is None:
+        return [e.ids for e in fast(texts, add_special_tokens=add_special_tokens)]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
+
+
 def encode_chats(tokenizer, chats: Sequence[tuple[Sequence[dict], str | None]]) -> list[list[int]]:
     """`encode_chat` for many (messages, system) pairs at once: the templates rendered to text, then tokenized in
     one batch call (about twice as fast for thousands of prompts, as `readout run --plan` needs); the same ids
@@ -104,7 +115,7 @@ def encode_chats(tokenizer, chats: Sequence[tuple[Sequence[dict], str | None]]) 
             raise _refused(exc) from None
     if not texts:
         return []
-    return [_one_bos(tokenizer, list(ids)) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    return [_one_bos(tokenizer, ids) for ids in _tokenize_many(tokenizer, texts, add_special_tokens=False)]
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,6 @@ def encode_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
             out[i] = encode_prompt(tokenizer, prompts[i])  # the one-prompt path names what is wrong
     texts = [i for i in raw if out[i] is None]
     if texts:
-        for i, ids in zip(texts, tokenizer([prompts[i].text for i in texts], add_special_tokens=True)["input_ids"]):
-            out[i] = list(ids)
+        for i, ids in zip(texts, _tokenize_many(tokenizer, [prompts[i].text for i in texts], add_special_tokens=True)):
+            out[i] = ids
     return out

@@ -94,6 +94,25 @@ def test_model_size_from_the_config(name):
     assert abs(model_size(lm.model.config).params - built) <= 0.01 * built
 
 
+@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3", "tiny-base", "smollm2-135m"])
+def test_the_plan_tokenizer_is_the_runs(name):
+    """--plan reads config.json as the generic config (no architecture import); the tokenizer it then gets
+    is the run's: same class, same chat and raw ids, same BOS; the config gives the same model size."""
+    from engine.render import Prompt, encode_prompts
+    from readouts.plan import model_size
+    from tests.conftest import get_model
+
+    tok, config = loading.load_tokenizer_config(name)
+    lm = get_model(name)
+    assert type(tok) is type(lm.tokenizer) and tok.bos_token_id == lm.tokenizer.bos_token_id
+    prompts = [Prompt(text="Answer: B")]
+    if lm.tokenizer.chat_template:
+        prompts += [Prompt(messages=({"role": "user", "content": "Which option, A or B?"},)),
+                    Prompt(messages=({"role": "user", "content": "Pick one."},), system="Be brief.")]
+    assert encode_prompts(tok, prompts) == encode_prompts(lm.tokenizer, prompts)
+    assert model_size(config) == model_size(lm.model.config)
+
+
 def test_the_nsi_plan_is_the_nsi_run(tmp_path, monkeypatch):
     options = RunOptions(model=ModelOptions("tiny-olmo3"), panel="nsi-14", profile="quick", out=str(tmp_path / "nsi"),
                          overrides=("samples=1", "budget=6", "max_units=3"), progress=False)
