@@ -7,6 +7,13 @@ from __future__ import annotations
 import torch
 
 
+def spread_over_devices(model) -> bool:
+    """Whether a `device_map` put the model's modules on more than one device (its activations then move
+    from device to device, and its last hidden states end on another device than its inputs)."""
+    placement = getattr(model, "hf_device_map", None) or {}
+    return len({str(d) for d in placement.values()}) > 1
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for an accelerator out-of-memory error (CUDA's own type, or a backend's message)."""
     return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import torch
 
-from engine.batching import cache_token_limit, halving_on_oom, pad_rows, token_batches
+from engine.batching import cache_token_limit, halving_on_oom, pad_rows, spread_over_devices, token_batches
 from engine.planner import PrefixGroup, chain, plan_prefix_groups, representatives
 from engine.scoring import ScoreStats, _Bounds, _forward_on_nodes, _node_kv, _Tree
 
@@ -49,7 +49,8 @@ def supports_cascade(model) -> bool:
     cfg = model.config
     capped = any(getattr(cfg, a, None) not in (None, 1.0) for a in ("attn_logit_softcapping", "final_logit_softcapping"))
     can_set = getattr(model, "_can_set_attn_implementation", lambda: True)()
-    return cfg.model_type in CASCADE_MODEL_TYPES and not capped and can_set
+    # Its caches and masks live on one device; a model spread over several (device_map) uses the fallback.
+    return cfg.model_type in CASCADE_MODEL_TYPES and not capped and can_set and not spread_over_devices(model)
 
 
 def _register() -> None:
@@ -388,7 +389,8 @@ def _plain_kv(model, rows, pad_id, device, stats):
 
 class Dense:
     """Fallback decode state: the model's own attention and cache (prompts left-padded, the prefill cache
-    repeated for each row, grown by the model each step)."""
+    repeated for each row, grown by the model each step). Under a multi-device `device_map` the logits come
+    back to the inputs' device, and the cache, whose layers sit on several devices, is indexed from the host."""
 
     def __init__(self, model, prompts: Sequence[Sequence[int]], row_prompt: Sequence[int], budget: int, *, pad_id: int, **_):
         from transformers import DynamicCache
@@ -405,6 +407,7 @@ class Dense:
         self.mask = mask[select]
         self.positions = positions[select, -1]
         self._select = select
+        self._host_index = spread_over_devices(model)
         self.step_index = 0
         self._prompt_kv = None
         self.prefill_stats = ScoreStats(prompt_tokens=sum(len(p) for p in self.prompts),
@@ -414,25 +417,28 @@ class Dense:
         if tokens is None:
             ids, mask, positions = self._prefill
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                                use_cache=True, logits_to_keep=1).logits[:, -1].float()
+                                use_cache=True, logits_to_keep=1).logits[:, -1].float().to(self.device)
             width = ids.shape[1]
             self._prompt_kv = {tuple(p): [(layer.keys[b : b + 1, :, width - len(p):], layer.values[b : b + 1, :, width - len(p):])
                                           for layer in self.cache.layers] for b, p in enumerate(self.prompts)}
-            self.cache.batch_select_indices(self._select)
+            self.cache.batch_select_indices(self._cache_index(self._select))
             self.step_index += 1
             return logits[self._select]
         self.positions = self.positions + 1
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
         logits = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.positions[:, None],
-                            past_key_values=self.cache, use_cache=True).logits[:, -1].float()
+                            past_key_values=self.cache, use_cache=True).logits[:, -1].float().to(self.device)
         self.step_index += 1
         return logits
 
     def keep(self, rows: Sequence[int]) -> None:
         idx = torch.tensor(list(rows), device=self.device)
-        self.cache.batch_select_indices(idx)
+        self.cache.batch_select_indices(self._cache_index(idx))
         self.mask, self.positions = self.mask[idx], self.positions[idx]
         self.row_prompt = [self.row_prompt[r] for r in rows]
+
+    def _cache_index(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx.cpu() if self._host_index else idx
 
     def prompt_kv(self) -> dict:
         return dict(self._prompt_kv or {})

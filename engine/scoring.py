@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from engine.batching import cache_token_limit, default_bounds, halving_on_oom, pad_rows, token_batches
+from engine.batching import cache_token_limit, default_bounds, halving_on_oom, pad_rows, spread_over_devices, token_batches
 from engine.errors import ProbeInputError
 from engine.letters import LetterTokens
 from engine.planner import PrefixGroup, by_known_prefix, chain, node_start, plan_prefix_groups, representatives, waves
@@ -127,6 +127,8 @@ def _read_logits(model, input_ids, attention_mask, position_ids, cache, read_idx
         weight, bias = head_fp32(model)
         return torch.nn.functional.linear(picked.to(weight.device, torch.float32), weight, bias)
     positions, inverse = torch.unique(read_idx, return_inverse=True)
+    if spread_over_devices(model):  # the model slices its last hidden states, on the last device, with these
+        positions = positions.cpu()  # host indices index a tensor on any device
     logits = model(**kwargs, logits_to_keep=positions).logits  # [B, U, V]
     return logits[rows.to(logits.device), inverse.to(logits.device)].float()
 
