@@ -72,6 +72,35 @@ def find_anchor(text: str, anchor: str = "Answer:", letters: str = "ABCDE",
     return (rule + f"+tool:{named}" if named else rule), start, end, named
 
 
+def _first(lo: int, hi: int, pred) -> int:
+    """The first i in [lo, hi) with pred(i) true (pred false, then true), else hi: a binary search."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _anchor_tokens(tokenizer, toks: list[int], text: str, pos: int, target: str) -> tuple[int, int | None]:
+    """(m, k): the generated tokens whose text ends at or before the anchor's start `pos` (m of them), and
+    the count k of tokens whose text is exactly `target` (the text through the anchor), or None.
+
+    Binary searches over decoded prefix lengths, O(log n) decodes instead of one per token (the prefix
+    lengths grow with the token count; where a prefix's text is not a prefix of the full text, e.g. a
+    character split across tokens decoding as U+FFFD, m steps back to one that is, so the kept tokens
+    plus the re-encoded rest decode to `target`). k is the first prefix as long as `target`, kept when its
+    text is `target`. Equal to the token-by-token scan it replaced on the tests' rollouts
+    (tests/engine/test_anchor_linear.py)."""
+    length = lambda i: len(tokenizer.decode(toks[:i]))  # noqa: E731
+    m = _first(0, len(toks), lambda i: length(i + 1) > pos)
+    while m > 0 and not text.startswith(tokenizer.decode(toks[:m])):
+        m -= 1
+    k = _first(m + 1, len(toks) + 1, lambda i: length(i) >= len(target))
+    return m, (k if k <= len(toks) and tokenizer.decode(toks[:k]) == target else None)
+
+
 def anchor_read(tokenizer, prompt_ids: Sequence[int], rollout: Rollout, anchor: str = "Answer:", cut: int | None = None,
                 letters: str = "ABCDE", names: dict[str, str] | None = None) -> AnchorRead:
     """The read position after the anchor for one rollout.
@@ -90,12 +119,8 @@ def anchor_read(tokenizer, prompt_ids: Sequence[int], rollout: Rollout, anchor: 
     if hit is not None:
         rule, pos, end, _ = hit
         target = text[:end]
-        m = 0
-        while m < len(toks) and len(tokenizer.decode(toks[: m + 1])) <= pos:
-            m += 1
-        head = tokenizer.decode(toks[:m])
-        k = next((k for k in range(m + 1, len(toks) + 1) if tokenizer.decode(toks[:k]) == target), None)
-        kept = toks[:k] if k is not None else toks[:m] + encode(target[len(head):])
+        m, k = _anchor_tokens(tokenizer, toks, text, pos, target)
+        kept = toks[:k] if k is not None else toks[:m] + encode(target[len(tokenizer.decode(toks[:m])):])
         return AnchorRead(tuple(prompt_ids) + tuple(kept), rule, k if k is not None else m, target)
     rule = "forced_at_budget" if (truncated or not rollout.stopped) else "forced_after_completion"
     suffix = "\n" + anchor
