@@ -164,8 +164,10 @@ def headline(a: RunAnalysis) -> list[str]:
         b0 = a.get("binary", "binary_excess", "L0")
         vb = a.verdict_level.get("binary")
         bv = a.get("binary", "binary_excess", vb) if vb else None
-        lines.append(f"binary excess (L0, nested CI): {b0.fmt()}; verdict level {vb or 'none'}"
-                     + (f": {bv.fmt()}" if bv else ""))
+        b0s = a.get("binary", "binary_excess_scenario_only", "L0")
+        lines.append(f"binary excess (L0, nested CI): {b0.fmt()}"
+                     + (f"; scenario-only CI [{num(b0s.low)}, {num(b0s.high)}]" if b0s is not None else "")
+                     + f"; verdict level {vb or 'none'}" + (f": {bv.fmt()}" if bv else ""))
     f5 = _f5_line(a)
     if f5:
         lines.append(f5)
@@ -216,7 +218,9 @@ def render_markdown(a: RunAnalysis, lines: list[str], tables: list[Path], figs: 
         f"Run directory `{run.path}`. Seed {a.seed}, {a.n_boot} bootstrap resamples, mass floor {a.floor:g} "
         f"(total letter mass), screen band {SCREEN_BAND}, gate families {', '.join(a.gate)}. "
         "Every value is `estimate [95% CI] (n)`: percentile bootstrap over scenarios, paired where the "
-        "quantity is paired; binary CIs are nested (scenarios, then rollouts). MDE = 2.8 x bootstrap SE.\n",
+        "quantity is paired; binary CIs are nested (scenarios, then rollouts), as the paper draws them: "
+        "conservative for an exact readout, whose nominal-coverage CI is the scenario-only one beside them "
+        "(headline, bias-audit table). MDE = 2.8 x bootstrap SE.\n",
         md_section("Headline", "\n".join(f"- {line}" for line in lines)),
     ]
     if a.skipped:

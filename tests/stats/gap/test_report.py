@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from stats.core.errors import CompareError
+from stats.core.output import num
 from stats.gap import Role, SyntheticSpec, analyze, compare_runs, make_run_dir, role_of, run_report
 from stats.gap.compare import stage_key
 from tests.conftest import ROOT
@@ -52,6 +53,9 @@ def test_report_writes_every_table_and_figure(full_run):
     assert (with_value["n"] > 0).all() and with_ci["low"].notna().all() and with_ci["high"].notna().all()
     # A slice with one scenario (family x generator cuts are small) has a value and says why it has no CI.
     assert (with_value.loc[with_value["n"] < 2, "note"] == "n < 2: no CI").all()
+    # The headline's binary excess carries the nested CI (the paper's) and the scenario-only one beside it.
+    b0 = est[(est["quantity"] == "binary_excess_scenario_only") & (est["subset"] == "L0")].iloc[0]
+    assert f"scenario-only CI [{num(b0['low'])}, {num(b0['high'])}]" in text
     report = (out / "report.md").read_text()
     assert "## Strictness ladder (Table 5, Figure 3)" in report and "## Screen outcomes (Table 13)" in report
     for png in FULL_FIGURES:
