@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.names import DOSE_ARMS, JUDGE_AGGREGATE, JUDGE_FRAMES
+from contract.names import CELLS, DOSE_ARMS, JUDGE_AGGREGATE, JUDGE_FRAMES
 
 FIRST_TOKEN = "first_token"
 """Read at the first generated token: exact over option orders, no text generated."""
@@ -60,6 +60,13 @@ class ReadoutSpec:
     seeded_as: str | None = None
     """A readout whose rollout seeds this one shares: with the same option order and frame its rollouts
     continue that readout's (the rider continues the reasoning arm's rollouts past its budget)."""
+    cells: tuple[str, ...] | None = None
+    """The cells it is read in (None: every cell the profile reads). The rider reads the primary cell only
+    (P1-A6: "8 rollouts per scenario"); a readout derived from another reads the cells its source does."""
+
+    def reads_cell(self, cell: str) -> bool:
+        """Whether this readout is read in `cell` (when the profile reads that cell at all)."""
+        return self.cells is None or cell in self.cells
 
     @property
     def default_frame(self) -> str:
@@ -96,8 +103,9 @@ READOUTS: tuple[ReadoutSpec, ...] = (
     # The rider (amendment P1-A6): the reasoning arm's rollouts continued to a long budget, read at the end
     # (dose_rider) and at the dose budget (dose_rider_cut); their per-rollout agreement is its readout.
     ReadoutSpec("dose_rider", "dose", ("dose_reasoning",), ANCHOR, budget="rider_budget", rollouts="rider_rollouts",
-                seeded_as="dose_reasoning"),
-    ReadoutSpec("dose_rider_cut", "dose", ("dose_reasoning",), ANCHOR, budget="dose_budget", derived_from="dose_rider"),
+                seeded_as="dose_reasoning", cells=(CELLS[0],)),
+    ReadoutSpec("dose_rider_cut", "dose", ("dose_reasoning",), ANCHOR, budget="dose_budget", derived_from="dose_rider",
+                cells=(CELLS[0],)),
 )
 """Every judgment-action readout, in the order of the run tables' rows."""
 

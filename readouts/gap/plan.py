@@ -29,7 +29,7 @@ def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int
     cells, prompts = [], []
     for s in chunk:
         orders = orders_for(s, spec, profile, seed)
-        for cell in cells_read(s, profile):
+        for cell in (c for c in cells_read(s, profile) if spec.reads_cell(c)):
             cells.append(len(orders))
             prompts += [prompt_of(render(s, frame, cell, order, profile.frames)) for order in (orders * 2)[:2]]
     ids = encode_prompts(tok, prompts)
@@ -48,7 +48,7 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int)
     for s in chunk:
         orders = orders_for(s, own[0], profile, seed)
         for cell in cells_read(s, profile):
-            for sp in own:
+            for sp in (sp for sp in own if sp.reads_cell(cell)):
                 for k, frame in enumerate(sp.frames):
                     jobs.append((sp.name, getattr(profile, sp.budget), rollouts(sp, profile)))
                     prompts.append(prompt_of(render(s, frame, cell, orders[k], profile.frames)))

@@ -40,7 +40,8 @@ class GapProfile(Profile):
     """The rider's new-token budget (amendment P1-A6: 2,048): the reasoning arm's rollouts continued past
     `dose_budget`, read at the end and at `dose_budget`."""
     rider_rollouts: int = 8
-    """The rider's rollouts per scenario and cell (the greedy one first; P1-A6: 8); 0 switches it off."""
+    """The rider's rollouts per scenario, on its primary cell (the greedy one first; P1-A6: "8 rollouts per
+    scenario"); 0 switches it off."""
     frames: str = DEFAULT_VERSION
     """The frames version the prompts are rendered in (panels/frames/<frames>.toml): `v1` as every run before
     it; `v2` adds the scenario's norm to the norm-naming dose arm, every other text as in v1."""

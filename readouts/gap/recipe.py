@@ -93,9 +93,8 @@ def orders_for(scenario, spec: ReadoutSpec, profile: GapProfile, seed: int) -> l
 
 def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
     """How many read positions a scenario costs (for the progress bar's total)."""
-    per_cell = sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
-                   for s in active_specs(groups, profile))
-    return per_cell * len(cells_read(scenario, profile))
+    return sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
+               for cell in cells_read(scenario, profile) for s in active_specs(groups, profile) if s.reads_cell(cell))
 
 
 def _before_anchor(tok, tokens, anchor: str, forms: dict) -> int:
@@ -157,7 +156,7 @@ class GapRunner:
         (frame,) = spec.frames
         for s in scenarios:
             orders = orders_for(s, spec, self.profile, self.seed)
-            for cell in cells_read(s, self.profile):
+            for cell in (c for c in cells_read(s, self.profile) if spec.reads_cell(c)):
                 for k, order in enumerate(orders):
                     r = render(s, frame, cell, order, self.profile.frames)
                     reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, prompt_of(r)))))
@@ -172,7 +171,7 @@ class GapRunner:
         for s in scenarios:
             orders = orders_for(s, own[0], self.profile, self.seed)
             for cell in cells_read(s, self.profile):
-                for sp in own:
+                for sp in (sp for sp in own if sp.reads_cell(cell)):
                     for k, frame in enumerate(sp.frames):
                         jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k], self.profile.frames)))
         reads, texts = [], {}

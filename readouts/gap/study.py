@@ -73,7 +73,7 @@ class GapStudy:
             return
         for s in records:
             for cell in cells_read(s, profile):
-                for spec in active_specs(self.groups, profile):
+                for spec in (sp for sp in active_specs(self.groups, profile) if sp.reads_cell(cell)):
                     extra = 0 if spec.budget is None else getattr(profile, spec.budget) + ANCHOR_ALLOWANCE
                     for frame in spec.frames:
                         prompt = prompt_of(render(s, frame, cell, version=profile.frames))

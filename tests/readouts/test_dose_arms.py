@@ -114,12 +114,16 @@ def test_rider_continues_the_reasoning_rollouts_and_is_off_in_quick():
     runner = recipe.GapRunner(lm, profile, ("dose",), 0, False, "gap-v2", "tiny-olmo3")
     probes, rows = runner.run(scenarios)
     reasoning, rider, cut = _by(probes, "dose_reasoning"), _by(probes, "dose_rider"), _by(probes, "dose_rider_cut")
-    assert len(rider) == len(cut) == 2 * 2 * 3 and rider.generated_tokens.max() <= 16
+    # P1-A6: "8 rollouts per scenario": the primary cell only (the dose arms also read the twin)
+    assert set(reasoning.index.get_level_values("cell")) == {"primary", "twin"}
+    assert set(rider.index.get_level_values("cell")) == set(cut.index.get_level_values("cell")) == {"primary"}
+    assert len(rider) == len(cut) == 2 * 3 and rider.generated_tokens.max() <= 16
     assert rider.generated_tokens.max() > profile.dose_budget and cut.generated_tokens.max() <= profile.dose_budget
-    both = reasoning.index  # rollouts 0 and 1: the rider's first dose_budget tokens are the reasoning's
-    assert list(cut.loc[both].generated_text) == list(reasoning.generated_text)
-    assert list(cut.loc[both].anchor_rule) == list(reasoning.anchor_rule)
-    assert cut.loc[both].p_violating.to_numpy() == pytest.approx(reasoning.p_violating.to_numpy(), abs=1e-4)
+    primary = reasoning.xs("primary", level="cell", drop_level=False)
+    both = primary.index  # rollouts 0 and 1: the rider's first dose_budget tokens are the reasoning's
+    assert list(cut.loc[both].generated_text) == list(primary.generated_text)
+    assert list(cut.loc[both].anchor_rule) == list(primary.anchor_rule)
+    assert cut.loc[both].p_violating.to_numpy() == pytest.approx(primary.p_violating.to_numpy(), abs=1e-4)
     per_scenario = sum(recipe.reads_per_scenario(s, profile, ("dose",)) for s in scenarios)
     assert per_scenario == len(probes)
     budgets = {(r["readout"], r["budget"]) for r in rows if r["readout"].startswith("dose_rider")}

@@ -20,7 +20,7 @@ from readouts.plan import GPUS, ModelSize, StageWork, estimate
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="plan-test", max_units=2, chunk_size=1,
                               orders={"D": 3, "J0": 2, "control": 2, "raw": 2}, j_samples=1, j_budget=5,
-                              dose_samples=1, dose_budget=5, dose_brief_budget=3)
+                              dose_samples=1, dose_budget=5, dose_brief_budget=3, rider_rollouts=2, rider_budget=7)
 
 
 @pytest.fixture(autouse=True)
