@@ -2,6 +2,8 @@
 of the failed batch (its prompt caches are published only once a batch succeeds), and the result equals an
 undisturbed run's."""
 
+import weakref
+
 import torch
 
 import engine.decode as decode
@@ -24,13 +26,19 @@ def test_out_of_memory_mid_decode_leaves_nothing_for_the_retry(monkeypatch):
     failed = []
     step, init = decode.Cascade.step, decode.Cascade.__init__
 
+    failed_buffers: list = []  # weak references to the failed batch's key/value buffers
+    failed_held = []  # bytes of them still alive when each retry starts (the retry's peak over its own)
+
     def counting_init(self, model, prompts, *args, **kwargs):
         held_at_start.append((len(prompts), len(kv)))
+        if failed_buffers:
+            failed_held.append(sum(t.numel() * t.element_size() for t in (r() for r in failed_buffers) if t is not None))
         init(self, model, prompts, *args, **kwargs)
 
     def failing_step(self, tokens=None):
         if len(self.prompts) == len(ps) and self.step_index == 3 and not failed:
             failed.append(True)
+            failed_buffers.extend(weakref.ref(t) for t in (*self.ks, *self.vs, *self.kp, *self.vp))
             raise torch.OutOfMemoryError("CUDA out of memory (injected mid-decode)")
         return step(self, tokens)
 
@@ -39,6 +47,8 @@ def test_out_of_memory_mid_decode_leaves_nothing_for_the_retry(monkeypatch):
     out = generate(lm.model, ps, prefix_kv=kv, **kw)
     assert failed and out == clean
     assert held_at_start == [(4, 0), (2, 0), (2, 2)]  # the first half's retry starts with nothing published
+    # ... and with the failed batch's caches freed: none of their bytes is alive when either half allocates
+    assert len(failed_buffers) >= 2 * lm.model.config.num_hidden_layers and failed_held == [0, 0]
     assert set(kv) == set(clean_kv)
     for key, layers in kv.items():
         for (k, v), (k0, v0) in zip(layers, clean_kv[key]):
