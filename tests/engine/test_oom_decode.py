@@ -1,6 +1,6 @@
 """Running out of memory in the middle of decoding: the batch is halved and retried, the retry holds nothing
-of the failed batch (its prompt caches are published only once a batch succeeds), and the result equals an
-undisturbed run's."""
+of the failed batch (its prompt caches are published only once a batch succeeds; its key/value buffers are
+freed before either half allocates), and the result equals an undisturbed run's."""
 
 import weakref
 
