@@ -44,6 +44,7 @@ bench:
 	$(PY) bench/d_readout_bench.py --options 4 --name d_readout_bench_4_options --out bench/results
 	$(PY) bench/stats_bench.py --out bench/results
 	$(PY) bench/gen_bench.py --out bench/results
+	$(PY) bench/plan_bench.py --out bench/results
 
 # Mutation check (not part of CI): each edit in tests/mutants/*.toml must make its listed tests fail.
 mutants:
