@@ -60,7 +60,8 @@ def test_search_equals_the_scan_it_replaced(name):
         if list(read.ids[1:]) != kept:
             differ += 1  # only where the old scan's kept text was not the text through the anchor
             assert tok.decode(kept) != target and tok.decode(list(read.ids[1:])) == target
-        assert read.kept_tokens == (k if k is not None else read.kept_tokens)
+        if k is not None:  # the old scan found the model's own tokens ending at the anchor: the same count
+            assert read.kept_tokens == k
     assert seen >= 150 and differ <= seen // 20
 
 
