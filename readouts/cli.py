@@ -133,7 +133,7 @@ def _run(study, kwargs, log_panel: str | None):
         for line in plan_lines(rows, size, kwargs["gpu"], header):
             click.echo(line)
         return
-    run(study, options, log=lambda line: click.echo(line, err=True))
+    run(study, options, log=lambda line: click.echo(line, err=True), result=click.echo)
 
 
 def _plan_options(f):
@@ -207,8 +207,7 @@ def merge_cmd(run_dir, shards):
 
     if shards is not None and shards < 1:
         raise ReadoutError(f"--shards: {shards} must be >= 1")
-    merge_run(run_dir, summaries={GapStudy.kind: lambda tables: summary_lines(tables[1])},
-              log=lambda line: click.echo(line, err=True), shards=shards)
+    merge_run(run_dir, summaries={GapStudy.kind: lambda tables: summary_lines(tables[1])}, log=click.echo, shards=shards)
 
 
 @cli.command("nsi")

@@ -26,6 +26,7 @@ from panels.schema import PanelError, load_panel
 from readouts.manifest import default_out, model_manifest
 from readouts.profiles import Profile, apply_overrides, select_units
 from readouts.rundir import RunDir
+from readouts.show import plural
 
 
 @dataclass(frozen=True)
@@ -264,8 +265,9 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     return plan_table(stages, size, gpu), size, header
 
 
-def run(study: Study, options: RunOptions, log=print) -> Path:
-    """Run (or resume) a study; returns the run directory.
+def run(study: Study, options: RunOptions, log=print, result=None) -> Path:
+    """Run (or resume) a study; returns the run directory. `log` gets progress lines, `result` (default: `log`)
+    the run's outcome: where its tables are, the study's summary and the wall time.
 
     Several processes split the chunks: with `--shard i/n` (independent jobs; `readout merge` afterwards),
     or under `accelerate launch`/`torchrun` (ranks from accelerate's PartialState; rank 0 merges).
@@ -279,7 +281,7 @@ def run(study: Study, options: RunOptions, log=print) -> Path:
     # One process alone holds the directory exclusively; shards and ranks of one run share it (and lock chunks).
     try:
         with rundir.lock(exclusive=ranks.world == 1):
-            return _execute(job, ranks, rundir, log)
+            return _execute(job, ranks, rundir, log, result or log)
     finally:
         if ranks.state is not None:
             ranks.state.destroy_process_group()
@@ -305,7 +307,7 @@ def _manifest(job: _Job, lm, extra: dict) -> dict:
     }
 
 
-def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
+def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     study, options, profile, state = job.study, job.options, job.profile, ranks.state
     lm = options.model.load(ranks.device)
     extra = study.prepare(lm, job.panel, job.records, profile)
@@ -337,7 +339,7 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
         if not state.is_main_process:
             return rundir.path
     elif ranks.world > 1:
-        log(f"shard {ranks.rank}/{ranks.world}: {computed} chunks computed; after every shard has finished: "
+        log(f"shard {ranks.rank}/{ranks.world}: {plural(computed, 'chunk')} computed; after every shard has finished: "
             f"readout merge {rundir.path}")
         return rundir.path
     merged = rundir.merge([[r.id for r in c] for c in chunks])
@@ -347,14 +349,14 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log) -> Path:
                                             "seconds_by_stage": {k: round(v, 2) for k, v in runner.timings.items()},
                                             "items_by_stage": runner.counts},
                            **_planned(study, lm, chunks, profile, job.seed)})
-    log("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
+    result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
                                for name, df in zip(study.tables, merged)))
     for line in study.summary(merged):
-        log(line)
+        result(line)
     if computed:
         rates = ", ".join(f"{k} {runner.counts[k] / max(t, 1e-9):.2f}/s ({runner.counts[k]} in {t:.1f} s)"
                           for k, t in runner.timings.items())
-        log(f"wall time {wall:.1f} s for {computed} chunks; rates: {rates}")
+        result(f"wall time {wall:.1f} s for {plural(computed, 'chunk')}; rates: {rates}")
     return rundir.path
 
 
@@ -371,7 +373,8 @@ def _planned(study: Study, lm, chunks, profile, seed: int) -> dict:
 
 
 def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None, log=print, shards: int | None = None) -> Path:
-    """`readout merge`: after sharded jobs, check every chunk is there and write the tables the manifest names.
+    """`readout merge`: after sharded jobs, check every chunk is there and write the tables the manifest names
+    (`log` gets what it merged and the study's summary).
     With `shards` (the run's shard count), unfinished chunks are also named by the shard that computes them."""
     probe = RunDir(path, ())
     manifest = probe.read_manifest()
@@ -398,7 +401,7 @@ def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None,
                                f"first: chunk {first}, {why}){owners}")
         merged = rundir.merge(chunk_records)
     rundir.write_manifest({**manifest, "chunks": rundir.finished(), "complete": True})
-    log(f"merged {n} chunks into {rundir.path}: " + " + ".join(str(len(df)) for df in merged) + " rows")
+    log(f"merged {plural(n, 'chunk')} into {rundir.path}: " + " + ".join(str(len(df)) for df in merged) + " rows")
     summary = (summaries or {}).get(manifest.get("kind"))
     if summary is not None:
         for line in summary(merged):

@@ -266,6 +266,11 @@ def item_view(run_dir: str | Path, item_id: str) -> ScenarioView | DilemmaView:
 
 
 # -- text ------------------------------------------------------------------------------------------
+def plural(n: int, word: str) -> str:
+    """'1 chunk', '2 chunks'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def fmt(x: float, digits: int = 3) -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 

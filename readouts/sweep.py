@@ -233,7 +233,8 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
     out = Path(out)
     toml = out / "sweep.toml"
     text = registry_text(checkpoints).encode()
-    if not toml.exists() or toml.read_bytes() != text:
+    out_existed, before = out.exists(), toml.read_bytes() if toml.exists() else None
+    if before != text:
         atomic_write_bytes(toml, text)
     use_models_files((*registry_files, str(toml)))
     state_path = out / "sweep.json"
@@ -245,7 +246,16 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
     dirs = [out / "runs" / c.label for c in checkpoints]
     requests = [_request(c, asked, model) for c in checkpoints]
     done = [state.get(c.label, {}).get("request") == r and _complete(d) for c, r, d in zip(checkpoints, requests, dirs)]
-    _check_available([c for c, skip in zip(checkpoints, done) if not skip])
+    try:
+        _check_available([c for c, skip in zip(checkpoints, done) if not skip])
+    except ReadoutError:  # nothing ran: the folder is left as it was
+        if before is not None:
+            atomic_write_bytes(toml, before)
+        else:
+            toml.unlink(missing_ok=True)
+            if not out_existed and not any(out.iterdir()):
+                out.rmdir()
+        raise
     for i, (c, rundir, request, skip) in enumerate(zip(checkpoints, dirs, requests, done), 1):
         if skip:
             log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}): run complete, skipped ({rundir})")

@@ -11,15 +11,11 @@ from html import escape
 
 from readouts.report.gather import Figure, Report, Section, TableData
 from readouts.report.markdown import to_html
-from readouts.show import DilemmaView, ProbeView, PromptView, ScenarioView, fmt, fmt_mass
+from readouts.show import DilemmaView, ProbeView, PromptView, ScenarioView, fmt, fmt_mass, plural
 
 
 def e(x) -> str:
     return escape("" if x is None else str(x))
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 STYLE = """

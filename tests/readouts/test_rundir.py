@@ -233,3 +233,24 @@ def test_an_interrupt_says_what_was_kept(monkeypatch, capsys):
     monkeypatch.setattr(engine.registry, "registry", interrupted)
     code, err = cli(["models"], capsys)
     assert code == 130 and err == ["interrupted: finished chunks are kept; give the same command again to resume"]
+
+
+def test_the_outcome_goes_to_stdout_and_progress_to_stderr(tmp_path, capsys):
+    """`readout run` and `readout merge` print where the tables are, the summary and the wall time on stdout (a
+    script can capture them), the chunk-by-chunk progress on stderr; one chunk is '1 chunk'."""
+    out = tmp_path / "run"
+    args = ["run", "--model", "tiny-qwen2", "--readouts", "D", "--limit", "1", "--no-progress", "--out", str(out)]
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    cap = capsys.readouterr()
+    stdout, stderr = cap.out.splitlines(), cap.err.splitlines()
+    assert exc.value.code == 0
+    assert stdout[0].startswith("tables: ") and str(out / "probes.parquet") in stdout[0]
+    assert stdout[-1].startswith("wall time ") and " s for 1 chunk; rates: D " in stdout[-1]
+    assert "summary: needs the D and J readouts (run with --readouts including D,J)" in stdout
+    assert any(line.startswith("chunk 1/1: computed ") for line in stderr)
+    assert not any(line.startswith(("tables: ", "wall time ")) for line in stderr)
+    with pytest.raises(SystemExit) as exc:
+        main(["merge", str(out)])
+    stdout = capsys.readouterr().out.splitlines()
+    assert exc.value.code == 0 and stdout[0].startswith(f"merged 1 chunk into {out}: ")

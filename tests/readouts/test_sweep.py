@@ -183,7 +183,12 @@ def test_sweep_refuses_bad_input_in_one_line(ckpts, tmp_path, capsys, monkeypatc
     code, _, err = sweep(["--model", str(ckpts / "step-100"), "--model", "some-org/absent@step_1,step_2",
                           "--out", str(tmp_path / "o2"), *QUICK], capsys)
     assert code == 2 and "some-org/absent@step_1: not in the local HF cache; nothing was run" in err
-    assert not (tmp_path / "o2" / "runs").exists()
+    assert not (tmp_path / "o2").exists()  # nothing written, not even sweep.toml
+    (tmp_path / "o3").mkdir()
+    (tmp_path / "o3" / "sweep.toml").write_text("# an earlier sweep's\n")
+    code, _, err = sweep(["--model", "some-org/absent@step_1", "--out", str(tmp_path / "o3"), *QUICK], capsys)
+    assert code == 2 and (tmp_path / "o3" / "sweep.toml").read_text() == "# an earlier sweep's\n"
+    assert sorted(p.name for p in (tmp_path / "o3").iterdir()) == ["sweep.toml"]
 
 
 def test_compare_order_option(tmp_path, capsys):
