@@ -5,7 +5,8 @@ loop before issue 16, side by side in one process, on the same prompts, rows and
   does (`panels.frames.render`, `engine.render.encode_prompt`); R rollouts per prompt; T new tokens per row,
   no stop tokens (every row generates exactly T tokens on every side, so token counts are equal).
 - settings: sampling at T 0.7 / top-p 0.95 (rollout 0 greedy, as the readouts run it), and greedy.
-- engine: `engine.generation.generate` (cascade decode state, on-device vectorized sampling, compaction).
+- engine: `engine.generation.generate` (cascade decode state, on-device vectorized sampling, compaction; on
+  CPU, decoding steps' linear layers on packed oneDNN weights, engine/packed.py).
 - before: `engine.generation._generate_v1`, the loop as it was before issue 16 (kept for this comparison).
 - transformers: `model.generate` on the same rows (each prompt repeated R times, left-padded), `do_sample`
   with the same temperature and top-p (top-k off: only its temperature and top-p warpers run), or greedy;

@@ -8,7 +8,8 @@ finished rows compacted out. The next token is chosen on the device for all rows
 rows, and for sampled ones a draw from the tempered top-p nucleus (engine/sampling.py) at a counter-based
 uniform keyed by (prompt seed, rollout index, step), so a rollout's tokens do not depend on which other
 prompts share its batch, on the batch size, or on compaction. Per step the host reads one flag (whether any
-row finished) and, when one did, which rows.
+row finished) and, when one did, which rows. On CPU the steps' linear layers run on packed oneDNN weights
+(engine/packed.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, pad_rows
 from engine.decode import Cascade, Dense, supports_cascade
+from engine.packed import packed_linears
 from engine.sampling import derive_seed, row_uniforms, sample_tokens, tempered_distribution
 
 
@@ -117,18 +119,19 @@ def generate(
     units = list(units.values())
     units.sort(key=lambda u: max(len(prompts[i]) for i in u))
     kv_limit = generation_cache_limit(model, device)
-    for batch in _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
-        def decode(b):
-            flat = [i for u in b for i in u]
-            pos = {i: k for k, i in enumerate(flat)}
-            return _generate_batch(model, [prompts[i] for i in flat], [seeds[i] for i in flat],
-                                   [budgets[i] for i in flat], settings,
-                                   [None if leaders[i] is None else pos[leaders[i]] for i in flat])
-        flat = [i for u in batch for i in u]
-        for i, rollouts in zip(flat, halving_on_oom(decode, batch, lambda a, b: a + b)):
-            out[i] = rollouts
-        if on_batch is not None:
-            on_batch(len(flat))
+    with packed_linears(model):  # CPU decoding steps on packed weights (engine/packed.py)
+        for batch in _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
+            def decode(b):
+                flat = [i for u in b for i in u]
+                pos = {i: k for k, i in enumerate(flat)}
+                return _generate_batch(model, [prompts[i] for i in flat], [seeds[i] for i in flat],
+                                       [budgets[i] for i in flat], settings,
+                                       [None if leaders[i] is None else pos[leaders[i]] for i in flat])
+            flat = [i for u in batch for i in u]
+            for i, rollouts in zip(flat, halving_on_oom(decode, batch, lambda a, b: a + b)):
+                out[i] = rollouts
+            if on_batch is not None:
+                on_batch(len(flat))
     return out
 
 
