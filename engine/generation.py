@@ -296,8 +296,9 @@ def _generate_v1(model, prompts, *, max_new_tokens, stop_ids, n=1, greedy_first=
     settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv)
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list = [None] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    for batch in _batches(order, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade=False):
+    units = [[i] for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
+    for batch in _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade=False):
+        batch = [i for u in batch for i in u]
         for i, rollouts in zip(batch, _generate_batch_v1(model, [prompts[i] for i in batch], [seeds[i] for i in batch],
                                                           [budgets[i] for i in batch], settings)):
             out[i] = rollouts

@@ -5,7 +5,7 @@ independent of batch composition; stop tokens end a turn; every anchor rule is e
 import pytest
 
 from engine.anchor import anchor_read
-from engine.generation import Rollout, derive_seed, generate, stop_token_ids
+from engine.generation import Rollout, _generate_v1, derive_seed, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from tests.conftest import CHAT_TINY, get_model
 
@@ -30,6 +30,16 @@ def test_batched_greedy_equals_one_at_a_time(name):
     single = [generate(lm.model, [p], max_new_tokens=12, stop_ids=stop, temperature=0.0)[0] for p in ps]
     assert batched == single
     assert all(len(r[0].tokens) == 12 or r[0].stopped for r in batched)
+
+
+def test_the_old_loop_kept_for_the_benchmark_runs_and_agrees():
+    """bench/gen_bench.py times `_generate_v1` (the loop before the cascade decoder) against `generate`: it must
+    still run, in batches over several prompts, with greedy tokens equal to `generate`'s."""
+    lm = get_model("tiny-qwen2")
+    ps = prompts_for(lm)
+    stop = stop_token_ids(lm.tokenizer, lm.model)
+    kw = dict(max_new_tokens=10, stop_ids=stop, n=2, temperature=0.0, pad_id=lm.pad_id, max_rows=4)
+    assert _generate_v1(lm.model, ps, **kw) == generate(lm.model, ps, **kw)
 
 
 @pytest.mark.smollm
