@@ -350,7 +350,7 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
                                             "items_by_stage": runner.counts},
                            **_planned(study, lm, chunks, profile, job.seed)})
     result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
-                               for name, df in zip(study.tables, merged)))
+                                  for name, df in zip(study.tables, merged)))
     for line in study.summary(merged):
         result(line)
     if computed:
