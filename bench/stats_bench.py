@@ -89,7 +89,7 @@ def main() -> None:
 
     result = {
         "what": "stats.gap.run_report on 4 synthetic runs, and stats.gap.compare_runs",
-        "n_scenarios": args.n_scenarios, "models": [m for m, _ in MODELS], "n_boot": args.n_boot,
+        "n_scenarios": args.n_scenarios, "models": [m[0] for m in MODELS], "n_boot": args.n_boot,
         "scenario_table_rows": rows,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "numpy": np.__version__, "scipy": scipy.__version__, "pandas": pd.__version__},
