@@ -70,8 +70,9 @@ def pad_rows(rows, pad_id: int, device, left: bool = False):
 # Default bounds per device: (padded tokens per forward pass, rows per forward pass). Scoring runs prompts
 # once each; generation keeps a batch's rows for the whole decode, so its CPU token budget is larger
 # (prefill is a small share of its work) and its row bound applies to rows x rollouts. On CPU a decoding
-# step's matrix products run faster per row with more rows: 128 rows (the J stage of `make readout`, 40
-# prompts x 3 rollouts, in one batch instead of two) took 41-43 s where 64 rows took 46-47 s.
+# step's matrix products run faster per row with more rows: the generation of `make readout`'s J stage on
+# its first 5 scenarios (40 prompts x 3 rollouts) took 40.8-43.3 s in one batch of up to 128 rows and
+# 45.6-47.1 s in batches of up to 64 (smollm2, back-to-back runs).
 DEFAULT_BOUNDS = {
     "score": {"cuda": (32768, 256), "cpu": (2048, 64)},
     "generate": {"cuda": (32768, 512), "cpu": (4096, 128)},
