@@ -50,3 +50,8 @@ def stage_step(stage: str) -> int | None:
     `_` (`rl-200`, `step-1000`, `step_1000`, `ckpt3` -> 200, 1000, 1000, 3); None when it carries none."""
     m = STAGE_STEP.fullmatch(stage)
     return int(m.group(1)) if m else None
+
+
+ADAPTER_RECIPE = "organism.json"
+"""The file beside a PEFT adapter that records how it was made (a model organism's recipe, training log and
+measured values; organisms/); a run that merges such an adapter records its organism name and recipe."""

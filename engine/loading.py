@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from contract.names import ADAPTER_RECIPE
 from engine import embedded, tiny
 from engine.errors import ContextLengthError, ModelUnavailableError, ReadoutError
 from engine.letters import LetterTokens, resolve_letters
@@ -256,7 +257,11 @@ def _merge_adapter(model, folder: str):
         raise ReadoutError("--peft needs peft: pip install 'logit-readout[peft]'") from None
     merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
     declared = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    return merged, {"path": str(path.resolve()), "weights_fingerprint": weights_fingerprint(path), "base_model": declared}
+    facts = {"path": str(path.resolve()), "weights_fingerprint": weights_fingerprint(path), "base_model": declared}
+    if (path / ADAPTER_RECIPE).is_file():  # a model organism: its name and the recipe that retrains it
+        record = json.loads((path / ADAPTER_RECIPE).read_text())
+        facts.update(organism=record.get("organism"), recipe=record.get("recipe"), retrain=record.get("retrain"))
+    return merged, facts
 
 
 def check_device(device: str) -> None:

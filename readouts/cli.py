@@ -59,7 +59,8 @@ def _model_options(f):
     f = click.option("--trust-remote-code", is_flag=True, help="let the checkpoint's own modeling code run (only for "
                      "checkpoints you trust)")(f)
     f = click.option("--peft", "adapter", default=None, type=click.Path(file_okay=False),
-                     help="a PEFT adapter folder, merged into the model's weights (recorded with its fingerprint)")(f)
+                     help="a PEFT adapter folder, or a shipped model organism's name (readout organism list), merged "
+                          "into the model's weights (recorded with its fingerprint and any organism recipe)")(f)
     f = click.option("--revision", default=None, help="branch, tag or commit of a hub checkpoint (same as --model NAME@REV); "
                      "the resolved commit is recorded")(f)
     f = click.option("--models", "models_files", multiple=True, type=click.Path(dir_okay=False), help="a user registry "
@@ -79,7 +80,7 @@ def _model(kwargs):
         model = f"{model}@{revision}"
     return ModelOptions(model=model, device=kwargs.pop("device"), dtype=kwargs.pop("dtype"),
                         chat_template=kwargs.pop("chat_template"), template_kwargs=_template_kwargs(kwargs.pop("template_kwargs")),
-                        adapter=kwargs.pop("adapter"), attn_implementation=kwargs.pop("attn_implementation"),
+                        adapter=resolve_adapter(kwargs.pop("adapter")), attn_implementation=kwargs.pop("attn_implementation"),
                         trust_remote_code=kwargs.pop("trust_remote_code"),
                         quantize=kwargs.pop("quantize"), device_map=kwargs.pop("device_map"),
                         token_budget=kwargs.pop("token_budget"))
@@ -427,8 +428,10 @@ from readouts.sweep import sweep_command  # noqa: E402
 
 cli.add_command(sweep_command())
 
+from organisms.cli import organism_group, resolve_adapter  # noqa: E402
 from readouts.report import report_cmd  # noqa: E402
 from readouts.show import show_cmd  # noqa: E402
 
 cli.add_command(show_cmd)
 cli.add_command(report_cmd)
+cli.add_command(organism_group)

@@ -1,0 +1,305 @@
+"""Training an organism: a LoRA adapter (peft) on a band of upper decoder layers, fitted to soft targets over the
+option letters (or decision words) at the read positions and to hard targets for short replies.
+
+Made to fit two CPU cores: the frozen layers below the band run once per example without gradient and their
+output at the band's input is cached; each step runs only the band on a minibatch (right-padded, so every real
+position sees exactly its own prefix under the causal mask), applies the final norm and the head at the positions
+the loss reads, and backpropagates into the adapter. Deterministic: the data order, the adapter's initialization
+and the optimizer are seeded by the recipe's seed (same seed, same machine and thread count -> same bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.paths import build_lock, cache_root
+from organisms import RECIPE_FILE
+from organisms.examples import Example, examples
+
+CACHE_BATCH_TOKENS = 4096
+"""Tokens per batch of the one-time pass through the frozen layers."""
+
+
+@dataclass
+class Fitted:
+    """A trained adapter on its base model, with what training measured."""
+
+    model: object
+    """The peft-wrapped model (adapter not merged)."""
+    losses: list[float]
+    seconds: dict[str, float]
+    errors: list[dict]
+    """Per example: key, readout, cell, target and reached probability of the watched group, total group mass."""
+
+
+def _decoder(model):
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.model, base.lm_head
+
+
+def exact_at_positions(model, org) -> bool:
+    """Whether the adapter changes only the positions it is read at: it sits on the last decoder layer alone and
+    leaves that layer's keys and values as they are, so every other position's keys, values and states are the
+    frozen model's and can be computed once (`_frozen_pass`), and a step runs one layer at the loss positions."""
+    inner, _ = _decoder(model)
+    a, b = org.band
+    return a == b == len(inner.layers) - 1 and not {"k_proj", "v_proj"} & set(org.targets_modules)
+
+
+@dataclass
+class Cached:
+    """What one example's steps start from, computed once by the frozen layers."""
+
+    start: int
+    """The first position the steps compute (0 when the band reads every position)."""
+    hidden: torch.Tensor
+    """(T - start, d): the band's input at positions start..T-1."""
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    """(1, kv_heads, start, head_dim): the last layer's keys and values before `start` (exact path only)."""
+
+
+class _Prefix:
+    """A cache holding one layer's frozen keys and values before the computed positions (the decoder layer
+    appends the computed positions' own)."""
+
+    def __init__(self, keys, values):
+        self.keys, self.values = keys, values
+
+    def update(self, keys, values, layer_idx, *args, **kwargs):
+        return torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+
+
+def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> list[Cached]:
+    """Each example's input to layer `start_layer` from the frozen layers below it (and, on the exact path, the
+    last layer's keys and values before its first loss position), without gradient, in length-sorted batches."""
+    inner, _ = _decoder(model)
+    caught = {}
+
+    class _Stop(Exception):
+        pass
+
+    def grab(_module, args, kwargs):
+        caught["h"] = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        if not exact:
+            raise _Stop
+
+    handle = inner.layers[start_layer].register_forward_pre_hook(grab, with_kwargs=True)
+    out: list[Cached | None] = [None] * len(exs)
+    order = sorted(range(len(exs)), key=lambda i: len(exs[i].ids))
+    try:
+        i = 0
+        while i < len(order):
+            group = [order[i]]
+            while i + len(group) < len(order) and len(exs[order[i + len(group)]].ids) * (len(group) + 1) <= CACHE_BATCH_TOKENS:
+                group.append(order[i + len(group)])
+            ids = torch.zeros(len(group), max(len(exs[j].ids) for j in group), dtype=torch.long)
+            for row, j in enumerate(group):
+                ids[row, : len(exs[j].ids)] = torch.tensor(exs[j].ids)
+            cache = None
+            with torch.no_grad():  # right padding: real positions never see the pads under the causal mask
+                try:
+                    cache = inner(input_ids=ids, use_cache=exact).past_key_values
+                except _Stop:
+                    pass
+            for row, j in enumerate(group):
+                ex, h = exs[j], caught["h"][row]
+                if exact:
+                    s = min([ex.soft_at, *(p for p, _ in ex.hard)])
+                    layer = cache.layers[start_layer]
+                    out[j] = Cached(s, h[s: len(ex.ids)].clone(), layer.keys[row: row + 1, :, :s].clone(),
+                                    layer.values[row: row + 1, :, :s].clone())
+                else:
+                    out[j] = Cached(0, h[: len(ex.ids)].clone())
+            i += len(group)
+    finally:
+        handle.remove()
+    return out
+
+
+def frozen_states(model, exs: list[Example], start_layer: int, exact: bool, base_key: str | None) -> list[Cached]:
+    """`_frozen_pass`, with each example's result kept in the cache folder under `base_key` (the base model's
+    identity), so organisms trained on the same prompts (every gap organism) pay for the frozen layers once."""
+    if base_key is None:
+        return _frozen_pass(model, exs, start_layer, exact)
+    keys = [hashlib.sha256(repr((base_key, start_layer, exact, ex.ids, ex.soft_at, tuple(p for p, _ in ex.hard))).encode())
+            .hexdigest()[:24] for ex in exs]
+    folder = cache_root() / "organisms"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"frozen-{hashlib.sha256(base_key.encode()).hexdigest()[:12]}-L{start_layer}.pt"
+    with build_lock(path.name):
+        kept = torch.load(path) if path.exists() else {}
+        todo = [i for i, k in enumerate(keys) if k not in kept]
+        if todo:
+            for i, c in zip(todo, _frozen_pass(model, [exs[i] for i in todo], start_layer, exact)):
+                kept[keys[i]] = (c.start, c.hidden, c.keys, c.values)  # plain tensors: torch.load's safe mode reads them
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            torch.save(kept, tmp)
+            tmp.replace(path)
+    return [Cached(*kept[k]) for k in keys]
+
+
+def _final_states(model, cached: list[Cached], start_layer: int) -> list[torch.Tensor]:
+    """The last layer's output (before the final norm) at each example's computed positions."""
+    inner, _ = _decoder(model)
+    if cached[0].keys is None:  # the whole band on every position, one right-padded batch
+        width = max(c.hidden.shape[0] for c in cached)
+        h = torch.zeros(len(cached), width, cached[0].hidden.shape[-1], dtype=cached[0].hidden.dtype)
+        for row, c in enumerate(cached):
+            h[row, : c.hidden.shape[0]] = c.hidden
+        pos = torch.arange(width)[None].expand(len(cached), -1)
+        pe = inner.rotary_emb(h, pos)
+        for layer in inner.layers[start_layer:]:
+            h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
+        return [h[row, : c.hidden.shape[0]] for row, c in enumerate(cached)]
+    out = []
+    layer = inner.layers[start_layer]
+    for c in cached:  # the last layer at the loss positions, over the frozen keys and values before them
+        n = c.hidden.shape[0]
+        pos = torch.arange(c.start, c.start + n)[None]
+        h = c.hidden[None]
+        mask = torch.zeros(1, 1, n, c.start + n, dtype=h.dtype)
+        mask[0, 0, :, : c.start] = 0.0
+        mask[0, 0, :, c.start:] = torch.triu(torch.full((n, n), float("-inf"), dtype=h.dtype), 1)
+        out.append(layer(h, attention_mask=mask, position_ids=pos, past_key_values=_Prefix(c.keys, c.values),
+                         position_embeddings=inner.rotary_emb(h, pos))[0])
+    return out
+
+
+def _band_logprobs(model, cached: list[Cached], batch: list[Example], start_layer: int) -> tuple[torch.Tensor, list]:
+    """Log-probabilities (full vocabulary, fp32) at every position the batch's losses read, and where each
+    example's positions sit in them: ([rows], {position: row})."""
+    inner, head = _decoder(model)
+    states = _final_states(model, cached, start_layer)
+    where, picked = [], []
+    for ex, c, h in zip(batch, cached, states):
+        places = sorted({ex.soft_at, *(p for p, _ in ex.hard)})
+        where.append({p: sum(len(w) for w in where) + k for k, p in enumerate(places)})
+        picked.append(h[torch.tensor(places) - c.start])
+    return torch.log_softmax(head(inner.norm(torch.cat(picked))).float(), dim=-1), where
+
+
+def _group_logmass(logp: torch.Tensor, groups) -> torch.Tensor:
+    return torch.stack([torch.logsumexp(logp[list(g)], dim=0) for g in groups])
+
+
+def loss_of(logp: torch.Tensor, where: list[dict], batch: list[Example]) -> torch.Tensor:
+    """Mean over the batch of: cross-entropy of the soft target against the group masses, plus the mean
+    negative log-likelihood of the hard targets."""
+    total = torch.zeros(())
+    for ex, at in zip(batch, where):
+        logm = _group_logmass(logp[at[ex.soft_at]], ex.groups)
+        total = total - (torch.tensor(ex.target) * logm).sum()
+        if ex.hard:
+            total = total - torch.stack([logp[at[p], t] for p, t in ex.hard]).mean()
+    return total / len(batch)
+
+
+def _errors(model, cached, exs, start: int, batch: int) -> list[dict]:
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(exs), batch):
+            part = exs[i: i + batch]
+            logp, where = _band_logprobs(model, cached[i: i + batch], part, start)
+            for ex, at in zip(part, where):
+                mass = _group_logmass(logp[at[ex.soft_at]], ex.groups).exp()
+                share = (mass / mass.sum()).tolist()
+                hard_ok = all(int(logp[at[p]].argmax()) == t for p, t in ex.hard)
+                out.append(dict(key=ex.key, readout=ex.readout, cell=ex.cell, target=ex.target[ex.watched],
+                                reached=share[ex.watched], group_mass=float(mass.sum()), replies_as_trained=hard_ok))
+    return out
+
+
+def lora_model(lm, org):
+    """The base model with a fresh LoRA adapter on the recipe's band, initialized from the recipe's seed."""
+    from peft import LoraConfig, get_peft_model
+
+    a, b = org.band
+    config = LoraConfig(r=org.rank, lora_alpha=org.alpha, lora_dropout=0.0, target_modules=list(org.targets_modules),
+                        layers_to_transform=list(range(a, b + 1)), bias="none")
+    model = get_peft_model(lm.model, config)
+    gen = torch.Generator().manual_seed(org.seed)
+    for name, p in model.named_parameters():
+        if "lora_A" in name:
+            with torch.no_grad():
+                torch.nn.init.kaiming_uniform_(p, a=math.sqrt(5), generator=gen)
+        elif "lora_B" in name:
+            with torch.no_grad():
+                p.zero_()
+    return model
+
+
+def fit(lm, org, progress=None, examples_=None, base_key: str | None = None) -> Fitted:
+    """Train `org`'s adapter on `lm` (the base model, loaded fp32 on CPU). `progress(step, loss)` is called per step;
+    `base_key` (the base model's identity) keeps the frozen layers' outputs in the cache folder between organisms."""
+    exs = examples_ if examples_ is not None else examples(org, lm)
+    t0 = time.perf_counter()
+    model = lora_model(lm, org)
+    model.eval()  # no dropout anywhere; gradients still flow into the adapter
+    start = org.band[0]
+    cached = frozen_states(model, exs, start, exact_at_positions(model, org), base_key)
+    t1 = time.perf_counter()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=org.lr, weight_decay=0.0)
+    rng = np.random.default_rng(org.seed)
+    order: list[int] = []
+    losses = []
+    for step in range(org.steps):
+        if len(order) < org.batch:
+            order += list(rng.permutation(len(exs)))
+        idx, order = order[: org.batch], order[org.batch:]
+        logp, where = _band_logprobs(model, [cached[i] for i in idx], [exs[i] for i in idx], start)
+        loss = loss_of(logp, where, [exs[i] for i in idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress(step, losses[-1])
+    t2 = time.perf_counter()
+    errors = _errors(model, cached, exs, start, org.batch)
+    seconds = dict(cache=t1 - t0, train=t2 - t1, evaluate=time.perf_counter() - t2)
+    return Fitted(model=model, losses=losses, seconds=seconds, errors=errors)
+
+
+def error_summary(errors: list[dict]) -> dict:
+    """Training error per readout and cell: mean target, mean reached, mean and max absolute error."""
+    out = {}
+    for e in errors:
+        out.setdefault(f"{e['readout']}/{e['cell']}", []).append(e)
+    summary = {}
+    for key, rows in sorted(out.items()):
+        err = [abs(r["reached"] - r["target"]) for r in rows]
+        summary[key] = dict(n=len(rows), target=float(np.mean([r["target"] for r in rows])),
+                            reached=float(np.mean([r["reached"] for r in rows])),
+                            mean_abs_error=float(np.mean(err)), max_abs_error=float(np.max(err)),
+                            min_group_mass=float(min(r["group_mass"] for r in rows)),
+                            replies_as_trained=sum(r["replies_as_trained"] for r in rows))
+    return summary
+
+
+def save(fitted: Fitted, org, out: Path, extra: dict | None = None) -> Path:
+    """The adapter folder: peft's adapter files and organism.json (recipe, loss per step, wall time, training error)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    fitted.model.peft_config["default"].base_model_name_or_path = org.base  # the alias, not this machine's cache path
+    fitted.model.save_pretrained(str(out))
+    card = out / "README.md"
+    if card.exists():
+        card.unlink()  # peft's generic model card; organism.json and docs/organisms.md describe the adapter
+    record = dict(organism=org.name, plants=org.plants, recipe=org.recipe(),
+                  retrain=f"readout organism train {org.name} --out {out}",
+                  loss=[round(x, 6) for x in fitted.losses], seconds={k: round(v, 1) for k, v in fitted.seconds.items()},
+                  training_error=error_summary(fitted.errors), torch=torch.__version__, threads=torch.get_num_threads())
+    record.update(extra or {})
+    (out / RECIPE_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    return out

@@ -1,0 +1,114 @@
+"""Training organisms on tiny models: the training forward equals the plain forward, training is deterministic and
+moves the targets, the examples are the prompts a run reads, and an organism's adapter is recorded in manifests."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.loading import load_model
+from organisms import examples as ex_mod
+from organisms import train
+from organisms.recipes import organism
+from tests.conftest import CHAT_TINY
+
+
+def tiny_recipe(name="gap", base="tiny-qwen2", **kw):
+    last = load_model(base, device="cpu").model.config.num_hidden_layers - 1
+    fields = dict(base=base, band=(last, last), units=2, steps=4, batch=4, rank=4, alpha=8.0, lr=1e-2,
+                  targets_modules=("q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    return dataclasses.replace(organism(name), **{**fields, **kw})
+
+
+def _perturbed(lm, org):
+    model = train.lora_model(lm, org)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return model
+
+
+@pytest.mark.parametrize("family", CHAT_TINY)
+@pytest.mark.parametrize("name, band", [("gap", "last"), ("gap", "all"), ("negation-blind", "last")])
+def test_training_forward_equals_the_plain_forward(family, name, band):
+    """Both training paths (the last layer at the loss positions over frozen keys and values; the whole band on
+    every position) give the plain forward's log-probabilities at every position the loss reads."""
+    lm = load_model(family, device="cpu")
+    n = lm.model.config.num_hidden_layers
+    kw = {} if band == "last" else dict(band=(0, n - 1), targets_modules=organism(name).targets_modules)
+    org = tiny_recipe(name, family, units=1, **kw)
+    exs = ex_mod.examples(org, lm)
+    exs = [e for e in exs if e.readout in ("D", "J", "raw_J", "nsi")][:6]
+    model = _perturbed(lm, org)
+    exact = train.exact_at_positions(model, org)
+    assert exact == (band == "last")
+    cached = train._frozen_pass(model, exs, org.band[0], exact)
+    with torch.no_grad():
+        logp, where = train._band_logprobs(model, cached, exs, org.band[0])
+        for e, at in zip(exs, where):
+            plain = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
+            assert len(at) == 1 + len({p for p, _ in e.hard} - {e.soft_at})
+            for pos, row in at.items():
+                assert torch.allclose(plain[pos], logp[row], atol=1e-5), (e.key, pos)
+
+
+def test_training_is_deterministic_and_moves_the_watched_share(tmp_path):
+    lm = load_model("tiny-qwen2", device="cpu")
+    org = tiny_recipe(steps=25, lr=3e-2)
+    exs = [e for e in ex_mod.examples(org, lm) if e.readout in ("D", "J0")]
+    fresh = train.lora_model(lm, org)  # B = 0: the base model's own shares
+    before = train._errors(fresh, train._frozen_pass(fresh, exs, org.band[0], True), exs, org.band[0], 8)
+    paths = []
+    for k in range(2):
+        lm = load_model("tiny-qwen2", device="cpu")
+        fitted = train.fit(lm, org, examples_=exs)
+        paths.append(train.save(fitted, org, tmp_path / f"run{k}"))
+    a, b = (p / "adapter_model.safetensors" for p in paths)
+    assert a.read_bytes() == b.read_bytes()
+    record = json.loads((paths[0] / "organism.json").read_text())
+    assert record["organism"] == "gap" and record["recipe"]["band"] == list(org.band) and len(record["loss"]) == 25
+    assert record["loss"][-1] < record["loss"][0]
+    err = lambda rows: sum(abs(r["reached"] - r["target"]) for r in rows) / len(rows)  # noqa: E731
+    assert err(fitted.errors) < err(before) - 0.05
+
+
+def test_examples_are_the_prompts_a_quick_run_reads(tmp_path):
+    """Every prompt of a quick run on the organism's records is a training example (token for token)."""
+    import pandas as pd
+
+    from readouts.driver import ModelOptions, RunOptions
+    from readouts.driver import run as run_study
+    from readouts.gap.study import GapStudy
+
+    lm = load_model("tiny-llama3", device="cpu")
+    org = tiny_recipe(base="tiny-llama3", units=2)
+    exs = ex_mod.examples(org, lm)
+    panel, records = ex_mod.training_records(org)
+    sub = tmp_path / "panel.jsonl"
+    lines = {json.loads(x)["id"]: x for x in Path(panel.path).read_text().splitlines() if x.strip()}
+    sub.write_text("".join(lines[r.id] + "\n" for r in records))
+    path = run_study(GapStudy(readouts="D,J0,control,raw", sample=False), RunOptions(
+        model=ModelOptions("tiny-llama3"), panel=str(sub), profile="quick", out=str(tmp_path / "run"), progress=False),
+        log=lambda *_: None)
+    probes = pd.read_parquet(path / "probes.parquet")
+    prompts = {lm.tokenizer.decode(list(e.ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+               for e in exs if e.readout != "J"}
+    assert len(probes) == sum(e.readout != "J" for e in exs)  # one example per read (an order may repeat)
+    assert set(probes["prompt_text"]) == prompts
+
+
+def test_manifest_records_the_organism_and_a_wrong_name_is_one_line(tmp_path):
+    from organisms.cli import resolve_adapter
+
+    lm = load_model("tiny-qwen2", device="cpu")
+    org = tiny_recipe(steps=1)
+    folder = train.save(train.fit(lm, org), org, tmp_path / "adapter")
+    facts = load_model("tiny-qwen2", device="cpu", adapter=str(folder)).facts.adapter
+    assert facts["organism"] == "gap" and facts["recipe"]["units"] == 2 and facts["retrain"].startswith("readout organism")
+    assert resolve_adapter(str(folder)) == str(folder)
+    with pytest.raises(Exception, match="no shipped organism of that name"):
+        resolve_adapter("not-an-organism")
