@@ -21,7 +21,8 @@ from panels.schema import load_panel, resolve_panel
 from readouts.gap.profile import PROFILES as GAP_PROFILES
 from readouts.gap.profile import cells_read
 from readouts.gap.recipe import orders_for, prompt_of
-from readouts.nsi.study import DECISION_PREFIX, PROFILES as NSI_PROFILES, decision_words
+from readouts.nsi.study import DECISION_PREFIX, decision_words
+from readouts.nsi.study import PROFILES as NSI_PROFILES
 from readouts.profiles import select_units
 
 FIRST_TOKEN_READOUTS = ("D", "J0", "control", "raw_D", "raw_J")
