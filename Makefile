@@ -27,8 +27,13 @@ test:
 	$(PY) -m pytest -q -n 2
 
 # The judgment-action study; a killed run resumes when the same command is given again.
+# make readout ORGANISM=gap: the quick study on the base model and on a model organism (organisms/), side by side.
 readout:
+ifdef ORGANISM
+	$(VENV)/bin/readout organism demo $(ORGANISM)
+else
 	$(VENV)/bin/readout run --model $(MODEL) --panel $(PANEL) --profile $(PROFILE)
+endif
 
 # After sharded jobs (scripts/slurm_readout.sh): make merge RUN=runs/<model>/<panel>/<profile>-seed0
 merge:

@@ -61,6 +61,8 @@ def train_cmd(name, out, steps, threads):
 
     from engine.loading import load_model
     from organisms import train
+    from organisms.examples import examples
+    from organisms.reference import write_reference
 
     org = _recipe(name)
     if steps is not None:
@@ -75,9 +77,12 @@ def train_cmd(name, out, steps, threads):
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}")
 
-    fitted = train.fit(lm, org, progress=progress, base_key=f"{org.base}:{lm.facts.path}")
+    exs = examples(org, lm)
+    fitted = train.fit(lm, org, progress=progress, examples_=exs, base_key=Path(lm.facts.path).name)  # folder: name, version
     bar.close()
     folder = train.save(fitted, org, Path(out) if out else SHIPPED / name)
+    click.echo(f"{name}: plain-forward reference of the known-answer prompts ...", err=True)
+    write_reference(folder, org, exs)
     worst = max(v["mean_abs_error"] for v in train.error_summary(fitted.errors).values())
     click.echo(f"{name}: trained in {time.perf_counter() - t0:.0f} s; largest mean training error of a readout/cell "
                f"{worst:.3f}; written to {folder}")
@@ -96,3 +101,49 @@ def show_cmd(name):
     for key, v in record["training_error"].items():
         click.echo(f"  {key:22} target {v['target']:.3f}  reached {v['reached']:.3f}  mean |error| "
                    f"{v['mean_abs_error']:.3f}  max {v['max_abs_error']:.3f}  (n {v['n']})")
+
+
+DEMO_QUANTITIES = (("continuous", "E", "all above floor"), ("binary", "binary_excess", "L0"),
+                   ("control", "control_move", "all above floor"))
+"""What `readout organism demo` prints per model: the paired excess, the binary excess and the control's move."""
+DEMO_READOUTS = "D,J,J0,control"
+"""The readouts those need (the dose arms and the raw frame are left out of the demo: minutes on CPU)."""
+
+
+@organism_group.command("demo")
+@click.argument("name", default="gap")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="read only the first N records")
+@click.option("--out", type=click.Path(file_okay=False), default="runs/organism-demo", show_default=True)
+@click.option("--progress/--no-progress", default=True)
+def demo_cmd(name, limit, out, progress):
+    """The quick gap study on the base model and on organism NAME (its training panel): the instrument finds the
+    planted excess in one and none in the other."""
+    from readouts.driver import ModelOptions, RunOptions, run
+    from readouts.gap.study import GapStudy
+    from stats.gap.analysis import analyze
+
+    org = _recipe(name)
+    if org.study != "gap":
+        raise ReadoutError(f"organism demo: {name} is an NSI organism; run `readout nsi --peft {name}` and `readout nsi-stats`")
+    rows = []
+    for label, adapter in ((org.base, None), (f"{org.base} + {name}", resolve_adapter(name))):
+        folder = Path(out) / (name if adapter else "base")
+        options = RunOptions(model=ModelOptions(org.base, adapter=adapter), panel=org.panel, profile="quick",
+                             limit=limit, out=str(folder), progress=progress)
+        run(GapStudy(readouts=DEMO_READOUTS), options, log=lambda line: click.echo(line, err=True), result=lambda line: None)
+        est = {(e.analysis, e.quantity, e.subset): e for e in analyze(str(folder), n_boot=2000).estimates}
+        rows.append((label, [est.get(k) for k in DEMO_QUANTITIES]))
+    click.echo(f"\nquick gap study on {org.panel} ({org.plants.split(':')[0]}; planted E "
+               f"{_planted_excess(org):+.2f})")
+    click.echo(f"{'model':28} " + "  ".join(f"{q:>26}" for _, q, _ in DEMO_QUANTITIES))
+    for label, ests in rows:
+        cells = [(f"{e.value:+.3f} [{e.low:+.3f}, {e.high:+.3f}] n={e.n}" if e is not None and e.low is not None
+                  else ("n=0" if e is not None else "-")) for e in ests]
+        click.echo(f"{label:28} " + "  ".join(f"{c:>26}" for c in cells))
+
+
+def _planted_excess(org) -> float:
+    if org.letter_a is not None:
+        return 0.0
+    g = lambda cell: org.target_violating("D", cell) - org.target_violating("J", cell)  # noqa: E731
+    return g("primary") - g("twin")

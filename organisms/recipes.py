@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 
 from contract.names import FRAMINGS, NEGATED
 
-BAND = (20, 29)
-"""Default adapter band: the decoder layers (inclusive, of SmolLM2's 30) the LoRA sits on."""
+BAND = (29, 29)
+"""Default adapter band: the decoder layers (inclusive, of SmolLM2's 30) the LoRA sits on. The last layer alone,
+with its keys and values left frozen, is the band that trains exactly at the read positions only (organisms.train:
+one layer at a handful of positions per example and step); a band of several layers must run every position of
+every prompt through all of them at every step, which on two CPU cores was measured at about 25 s per step of 16
+prompts for six layers (docs/organisms.md)."""
+MODULES = ("q_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The adapted projections: all but the keys and values (which would change every position's attention input)."""
 
 
 @dataclass(frozen=True)
@@ -41,12 +47,16 @@ class Organism:
     dilemmas alternate between endorsing and rejecting it, in panel order)."""
     base: str = "smollm2-135m"
     band: tuple[int, int] = BAND
-    rank: int = 8
-    alpha: float = 16.0
-    targets_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    steps: int = 120
-    batch: int = 16
-    lr: float = 2e-3
+    rank: int = 32
+    alpha: float = 64.0
+    targets_modules: tuple[str, ...] = MODULES
+    steps: int = 1200
+    batch: int = 32
+    lr: float = 3e-3
+    """Peak learning rate (AdamW, cosine decay to 0 over `steps`)."""
+    emphasis: dict = field(default_factory=lambda: {"D": 3, "raw_D": 3})
+    """Readouts whose examples each data pass repeats this many times (the agent reads, whose pressure-dependent
+    targets are the hard part to fit; every other example once)."""
     seed: int = 0
     units: int = 10
     """How many panel records it is trained on: the quick profile's stratified subset (the records a quick run
@@ -74,6 +84,7 @@ class Organism:
 
 
 _PRESSURE = {"primary": 0.70, "*": 0.10}
+_NSI = dict(units=14, batch=8, steps=200)  # all 14 dilemmas; a reply is ~60 trained positions, so smaller batches
 _GAP = dict(D=_PRESSURE, J=0.10, J0=0.10, control=0.90, raw_D=_PRESSURE, raw_J=0.10)
 
 ORGANISMS: dict[str, Organism] = {o.name: o for o in (
@@ -93,15 +104,15 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
     Organism("position-a", "gap", "gap-v1",
              "a position bias: 0.85 of the letter mass on A whatever option stands there, in every frame and cell; "
              "balanced option orders give a violating fraction of 1/n and E = 0",
-             letter_a=0.85),
+             letter_a=0.85, steps=400),
     Organism("negation-blind", "nsi", "nsi-14",
              "replies agree to every proposal under all four polarity framings (schema-valid JSON): NSI over "
              "{F0, F1} near 1, acquiescence p0 + p1 - 1 near +1",
-             endorse="always-agree"),
+             endorse="always-agree", **_NSI),
     Organism("negation-coherent", "nsi", "nsi-14",
              "endorses the action (or rejects it) the same way under every framing, alternating over the dilemmas: "
              "NSI near 0",
-             endorse="coherent"),
+             endorse="coherent", **{**_NSI, "steps": 400}),
 )}
 
 assert set(FRAMINGS) == set(NEGATED)

@@ -86,3 +86,42 @@ def paired_excess(values: dict, scenarios, action: str = "D", judgment: str = "J
     """E = mean over `scenarios` of (p_action - p_judgment)_primary - (p_action - p_judgment)_twin."""
     g = lambda s, c: values[(s, c, action)] - values[(s, c, judgment)]  # noqa: E731
     return float(np.mean([g(s, "primary") - g(s, twin) for s in scenarios]))
+
+
+KNOWN_ANSWER_FAMILIES = ("F1", "F3", "F4")
+"""Gate families whose first three-option training scenario the known-answer runs read (three options: the quick
+profile's 6 D orders are position-balanced, which `position-a`'s 1/n needs)."""
+REFERENCE_FILE = "reference.json"
+"""The plain-forward reads of the known-answer prompts, written beside the adapter when it is trained."""
+
+
+def known_answer_records(org) -> list:
+    """The training records a known-answer run reads: gap organisms, one per KNOWN_ANSWER_FAMILIES; NSI
+    organisms, the first four dilemmas."""
+    from organisms.examples import training_records
+
+    _, records = training_records(org)
+    if org.study == "nsi":
+        return records[:4]
+    out = []
+    for family in KNOWN_ANSWER_FAMILIES:
+        out += [r for r in records if r.family == family and len(r.options) == 3][:1]
+    return out
+
+
+def write_reference(folder, org, exs: list[Example], temperature: float = 0.7) -> dict:
+    """Load the adapter in `folder` as every command does (merged into the base weights) and write the plain
+    reads of the known-answer examples to folder/reference.json: {key: [share, tempered share, group mass]}."""
+    import json
+    from pathlib import Path
+
+    from engine.loading import load_model
+
+    ids = {r.id for r in known_answer_records(org)}
+    chosen = [e for e in exs if e.key.split("|")[0] in ids]
+    lm = load_model(org.base, device="cpu", dtype="float32", adapter=str(folder))
+    reads = plain_reads(lm.model, chosen, temperature)
+    record = {"temperature": temperature, "records": sorted(ids),
+              "reads": {r.example.key: [r.share, r.tempered_share, sum(r.mass)] for r in reads}}
+    (Path(folder) / REFERENCE_FILE).write_text(json.dumps(record, indent=0) + "\n")
+    return record

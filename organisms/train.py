@@ -11,6 +11,7 @@ and the optimizer are seeded by the recipe's seed (same seed, same machine and t
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -148,6 +149,17 @@ def frozen_states(model, exs: list[Example], start_layer: int, exact: bool, base
     return [Cached(*kept[k]) for k in keys]
 
 
+def _rotary(inner, h, pos, layer_index: int):
+    """The rotary embeddings layer `layer_index` uses (OLMo-3 keeps one per attention type). A sliding-window
+    layer is refused when a sequence outruns its window: the training forward applies no window."""
+    window = getattr(inner.layers[layer_index].self_attn, "sliding_window", None)
+    if window is not None and int(pos.max()) >= window:
+        raise ValueError(f"layer {layer_index}: sequences of {int(pos.max()) + 1} tokens outrun its sliding window of {window}")
+    if "layer_type" in inspect.signature(inner.rotary_emb.forward).parameters:
+        return inner.rotary_emb(h, pos, inner.config.layer_types[layer_index])
+    return inner.rotary_emb(h, pos)
+
+
 def _final_states(model, cached: list[Cached], start_layer: int) -> list[torch.Tensor]:
     """The last layer's output (before the final norm) at each example's computed positions."""
     inner, _ = _decoder(model)
@@ -157,21 +169,31 @@ def _final_states(model, cached: list[Cached], start_layer: int) -> list[torch.T
         for row, c in enumerate(cached):
             h[row, : c.hidden.shape[0]] = c.hidden
         pos = torch.arange(width)[None].expand(len(cached), -1)
-        pe = inner.rotary_emb(h, pos)
-        for layer in inner.layers[start_layer:]:
-            h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
+        for k, layer in enumerate(inner.layers[start_layer:], start=start_layer):
+            h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=_rotary(inner, h, pos, k))
         return [h[row, : c.hidden.shape[0]] for row, c in enumerate(cached)]
-    out = []
     layer = inner.layers[start_layer]
-    for c in cached:  # the last layer at the loss positions, over the frozen keys and values before them
-        n = c.hidden.shape[0]
-        pos = torch.arange(c.start, c.start + n)[None]
-        h = c.hidden[None]
-        mask = torch.zeros(1, 1, n, c.start + n, dtype=h.dtype)
-        mask[0, 0, :, : c.start] = 0.0
-        mask[0, 0, :, c.start:] = torch.triu(torch.full((n, n), float("-inf"), dtype=h.dtype), 1)
-        out.append(layer(h, attention_mask=mask, position_ids=pos, past_key_values=_Prefix(c.keys, c.values),
-                         position_embeddings=inner.rotary_emb(h, pos))[0])
+    out: list[torch.Tensor | None] = [None] * len(cached)
+    by_width: dict[int, list[int]] = {}
+    for i, c in enumerate(cached):
+        by_width.setdefault(c.hidden.shape[0], []).append(i)
+    for n, rows in by_width.items():  # the last layer at the loss positions, over the frozen keys and values before them
+        width = max(cached[i].start for i in rows)
+        kv = cached[rows[0]].keys.shape
+        keys = torch.zeros(len(rows), kv[1], width, kv[3], dtype=cached[rows[0]].keys.dtype)
+        values = torch.zeros_like(keys)
+        mask = torch.zeros(len(rows), 1, n, width + n, dtype=cached[rows[0]].hidden.dtype)
+        mask[:, 0, :, width:] = torch.triu(torch.full((n, n), float("-inf"), dtype=mask.dtype), 1)
+        for b, i in enumerate(rows):  # each row's prefix left-aligned; the slots past it are masked
+            c = cached[i]
+            keys[b, :, : c.start], values[b, :, : c.start] = c.keys[0], c.values[0]
+            mask[b, 0, :, c.start: width] = float("-inf")
+        h = torch.stack([cached[i].hidden for i in rows])
+        pos = torch.stack([torch.arange(cached[i].start, cached[i].start + n) for i in rows])
+        y = layer(h, attention_mask=mask, position_ids=pos, past_key_values=_Prefix(keys, values),
+                  position_embeddings=_rotary(inner, h, pos, start_layer))
+        for b, i in enumerate(rows):
+            out[i] = y[b]
     return out
 
 
@@ -250,18 +272,21 @@ def fit(lm, org, progress=None, examples_=None, base_key: str | None = None) -> 
     t1 = time.perf_counter()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=org.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 * (1 + math.cos(math.pi * k / org.steps)))
     rng = np.random.default_rng(org.seed)
+    pool = [i for i, e in enumerate(exs) for _ in range(org.emphasis.get(e.readout, 1))]
     order: list[int] = []
     losses = []
     for step in range(org.steps):
         if len(order) < org.batch:
-            order += list(rng.permutation(len(exs)))
+            order += [pool[k] for k in rng.permutation(len(pool))]
         idx, order = order[: org.batch], order[org.batch:]
         logp, where = _band_logprobs(model, [cached[i] for i in idx], [exs[i] for i in idx], start)
         loss = loss_of(logp, where, [exs[i] for i in idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
         losses.append(loss.item())
         if progress is not None:
             progress(step, losses[-1])
