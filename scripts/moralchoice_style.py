@@ -130,8 +130,13 @@ def violating_shares(scored_path: Path) -> pd.DataFrame:
         if not line.strip():
             continue
         where = f"{scored_path}:{n}"
-        rec = json.loads(line)
-        meta = rec.get("metadata") or {}
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not JSON ({exc.msg})") from None
+        meta = (rec.get("metadata") if isinstance(rec, dict) else None) or {}
+        if not isinstance(meta, dict):
+            raise InputError(f"{where}: metadata: must be an object")
         for field in ("item", "frame", "order", "violating_letter"):
             if field not in meta:
                 raise InputError(f"{where}: metadata.{field}: missing (not a moralchoice-style probe?)")
