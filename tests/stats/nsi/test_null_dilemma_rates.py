@@ -2,7 +2,8 @@
 the simulated NSI is aggregated as the observed one (the default), against the common-rate null (one rate for
 all of a model's replies, kept as `--null common-rate`). Three planted cases: heterogeneous dilemmas with no
 framing effect, a framing whose parse failures fall on high-endorsement dilemmas (composition, no framing
-effect), and a real F1 effect. The expectations are checked against exact distributions computed here."""
+effect), and a real F1 effect; a null at a rate far from 1/2; the F0/F1 NSI of Table 4 by hand. The
+expectations are checked against exact distributions computed here."""
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,8 @@ import pytest
 from scipy import stats as sps
 
 from readouts.cli import main
-from stats.nsi import nsi_null, run_nsi_stats, write_count_run
+from stats.nsi import build_cells, model_table, nsi_null, run_nsi_stats, write_count_run
+from stats.nsi.tables import load_runs
 
 ALL = [0, 1, 2, 3]
 LOW_HIGH = np.r_[[0.05] * 7, [0.95] * 7]  # 7 dilemmas at p 0.05, 7 at 0.95, no framing effect
@@ -111,3 +113,38 @@ def test_nsi_stats_on_the_three_planted_cases(tmp_path, capsys):
     common = pd.read_csv(tmp_path / "common" / "nsi_models.csv").set_index("model")
     assert common.loc["heterogeneous", "nsi_null"] == pytest.approx(0.050, abs=0.003)
     assert common.loc["composition", "nsi_corrected"] > 0.12 and common.loc["composition", "p_null"] < 0.001
+
+
+@pytest.mark.parametrize("mode", ["dilemma-rates", "common-rate"])
+def test_null_at_a_rate_far_from_one_half(mode):
+    """Every dilemma at 0.1 under every framing (3 of 30): both nulls are four Binomial(420, 0.1) pooled counts;
+    their exact expected range is 0.030, and a null drawn at 0.5 would give 0.050."""
+    n = np.full((14, 4), 30)
+    k = np.full((14, 4), 3)
+    exact = exact_expected_range(sps.binom.pmf(np.arange(421), 420, 0.1), 420)
+    at_half = exact_expected_range(sps.binom.pmf(np.arange(421), 420, 0.5), 420)
+    assert exact == pytest.approx(0.0302, abs=0.0005) and at_half - exact > 0.015
+    res = nsi_null(n, k, ALL, np.random.default_rng(4), 4000, mode)
+    assert res.observed == 0.0 and res.p_value == 1.0
+    assert res.expected == pytest.approx(exact, abs=0.0015)
+
+
+def test_f0_f1_nsi_and_its_null_against_a_hand_computation(tmp_path):
+    """Table 4's F0/F1 columns on the polarity pair alone: every dilemma endorses 6/30 under F0, 9/30 under F1,
+    27/30 and 24/30 under F2, F3. By hand: NSI_01 = 9/30 - 6/30 = 0.1 (all four framings: 0.7); under no
+    framing effect between F0 and F1 each dilemma sits at 15/60 = 0.25, so the pooled counts are two
+    Binomial(420, 0.25) and E[NSI_01] = E|K0 - K1| / 420, computed exactly here."""
+    n = np.full((14, 4), 30)
+    k = np.tile([6, 9, 27, 24], (14, 1))
+    replies, _ = load_runs([write_count_run(tmp_path / "pair", "pair", n, k)])
+    cells = build_cells(replies[replies["temperature"] > 0])
+    tab = model_table(cells, None, seed=0, n_null=4000, n_boot=200).iloc[0]
+    expected_01 = exact_expected_range(sps.binom.pmf(np.arange(421), 420, 0.25), 420, n_framings=2)
+    assert expected_01 == pytest.approx(0.0239, abs=0.0005)
+    assert tab["nsi_01"] == pytest.approx(0.1) and tab["nsi"] == pytest.approx(0.7)
+    assert tab["nsi_01_null"] == pytest.approx(expected_01, abs=0.0015)
+    assert tab["nsi_01_corrected"] == pytest.approx(0.1 - expected_01, abs=0.0015)
+    b = sps.binom.pmf(np.arange(421), 420, 0.25)
+    diff = np.convolve(b, b[::-1])  # K0 - K1 on -420..420
+    tail = diff[np.abs(np.arange(-420, 421)) >= 42].sum()  # P(NSI_01 >= 0.1) exactly
+    assert tab["p_null_01"] == pytest.approx(tail, abs=4 * np.sqrt(tail / 4000) + 1 / 4001)
