@@ -14,6 +14,7 @@ from contract.names import (
     JUDGE_AGGREGATE,
     JUDGE_FRAMES,
     NEGATED,
+    NSI_NULLS,
     PARAPHRASE_CELLS,
     POLARITY_PAIR,
 )
@@ -21,7 +22,7 @@ from contract.readouts import READOUTS, ReadoutSpec, readout, readout_groups, re
 from contract.tables import TABLES, Column, Table, table
 
 __all__ = [
-    "CELLS", "DOSE_ARMS", "PARAPHRASE_CELLS", "DOSE_FRAMES", "FRAMES", "FRAMINGS", "JUDGE_AGGREGATE", "JUDGE_FRAMES", "NEGATED",
+    "CELLS", "DOSE_ARMS", "PARAPHRASE_CELLS", "DOSE_FRAMES", "FRAMES", "FRAMINGS", "JUDGE_AGGREGATE", "JUDGE_FRAMES", "NEGATED", "NSI_NULLS",
     "POLARITY_PAIR", "READOUTS", "ReadoutSpec", "readout", "readout_groups", "readout_names", "TABLES", "Column",
     "Table", "table",
 ]

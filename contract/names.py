@@ -34,6 +34,14 @@ NEGATED = {"F0": False, "F1": True, "F2": False, "F3": True}
 """Whether a framing negates the action: endorsement a = decision XOR negated."""
 POLARITY_PAIR = ("F0", "F1")
 """The simple polarity pair of the headline NSI."""
+NSI_NULLS = {
+    "dilemma-rates": "NSI of the model-pooled rates against a null in which each dilemma keeps its own rate "
+                     "(pooled over the framings compared) and each cell's observed number of replies",
+    "common-rate": "NSI of the model-pooled rates against a null in which every reply of the model shares one "
+                   "rate (Binomial(N_f, p) on the pooled counts)",
+    "per-dilemma": "mean of the per-dilemma NSI against per-dilemma nulls",
+}
+"""The nulls of the NSI ("no framing effect"), the default first (`readout nsi-stats --null`; stats.nsi.measures)."""
 
 STAGES = ("base", "sft", "dpo", "final")
 """The classic post-training stages, in order. A lineage may also hold any number of checkpoints named by a

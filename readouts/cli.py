@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from contract.names import CELLS
+from contract.names import CELLS, NSI_NULLS
 from engine.errors import ReadoutError
 from panels.schema import PanelError
 from readouts.gap.profile import PROFILES as GAP_PROFILES
@@ -275,9 +275,9 @@ def compare_cmd(run_dirs, out, roles, order, seed, n_boot, mass_floor):
 @click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats for one run; required for several)")
 @click.option("--groups", default=None, type=click.Path(dir_okay=False), help="model -> group mapping (JSON, or CSV model,group)")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--null", "null_mode", type=click.Choice(["pooled", "per-dilemma"]), default="pooled", show_default=True,
-              help="pooled: the paper's (NSI of model-pooled rates, null on pooled counts); per-dilemma: mean of "
-                   "per-dilemma NSI against per-dilemma nulls. Recorded in every table")
+@click.option("--null", "null_mode", type=click.Choice(list(NSI_NULLS)), default=next(iter(NSI_NULLS)), show_default=True,
+              help="the NSI's no-framing-effect null: " + "; ".join(f"{k}: {v}" for k, v in NSI_NULLS.items())
+                   + ". Recorded in every table and in the headlines")
 @click.option("--params", default=None, type=click.Path(dir_okay=False),
               help="model -> parameter count (JSON object) for the scale correlation (sec. 4.4)")
 def nsi_stats_cmd(run_dirs, out, groups, seed, null_mode, params):

@@ -2,7 +2,7 @@
 
     tables        reading nsi_replies / nsi_continuous as contract.tables declares them; the groups file
     cells         reply counts per model x dilemma x framing (the unit every statistic starts from)
-    measures      NSI, its simulated null (pooled or per dilemma), acquiescence, effect sizes (hand-written)
+    measures      NSI, its simulated nulls (dilemma rates, common rate, per dilemma), acquiescence, effect sizes (hand-written)
     intervals     cluster and nested CIs of the pooled-rate NSI and of pooled ratios
     tiers         audit tiers A/B/C of the point estimate, with the CI's conservative tier (Tables 6-7)
     rankings      NSI per model x dilemma, per model (Table 4), per model x domain (Tables 3, 7); temperature
@@ -21,8 +21,9 @@ Definitions (the paper's symbols): endorsement a = d XOR neg(f), d = 1 for "agre
 negated framings F1, F3 (eq. 1); parse failures are excluded (Appendix C.4) and counted in the parse table.
 P_a^f is an endorsement rate under framing f. NSI = max_f P_a^f - min_f P_a^f (eq. 2), over {F0, F1}
 (``nsi_01``) or all four framings (``nsi``). A model's NSI is eq. 2 on its rates pooled over its dilemmas,
-corrected by the null on its pooled counts (the paper's, ``null_mode="pooled"``), or the mean of its
-per-dilemma NSI with per-dilemma nulls (``"per-dilemma"``); `measures` says which passage fixes each. Each
+corrected by a null in which each dilemma keeps its own rate (``null_mode="dilemma-rates"``, the default)
+or one in which all its replies share one rate (``"common-rate"``), or the mean of its per-dilemma NSI with
+per-dilemma nulls (``"per-dilemma"``); `measures` says which passage fixes each. Each
 module's docstring gives the rest (CIs, tests, tiers, continuous readout).
 Compute modules are pure; `report`, `coding.export_sample` and `gold.gold_report` write.
 """
@@ -69,9 +70,13 @@ from stats.nsi.measures import (
                                  DEFAULT_NULL,
                                  N_NULL,
                                  NULL_MODES,
+                                 POOLED_NSI,
                                  NullResult,
                                  acquiescence_from_endorsement,
                                  acquiescence_index,
+                                 common_rate_null,
+                                 dilemma_rates_draws,
+                                 dilemma_rates_null,
                                  epsilon_squared,
                                  eta_squared_h,
                                  expected_null_nsi,
@@ -80,7 +85,6 @@ from stats.nsi.measures import (
                                  nsi_from_rates,
                                  nsi_null,
                                  null_nsi_draws,
-                                 pooled_null,
                                  pooled_rates,
 )
 from stats.nsi.rankings import N_BOOT, domain_table, model_domain_table, model_table, scenario_table, temperature_table
@@ -123,6 +127,7 @@ __all__ = [
     "acquiescent_rates", "coherent_rates", "synthetic_tables", "write_synthetic_run", "load_groups", "load_runs",
     "read_continuous", "read_replies", "TABLE6", "TABLE7", "TierBands", "TierCall", "domain_bands", "tier_of",
     "tier_on_ci", "group_dilemma_table", "pooled_cluster_ci", "pooled_nested_ci", "ratio_sum_ci", "DEFAULT_NULL",
-    "NULL_MODES", "nsi_null", "pooled_null", "pooled_rates", "count_tables", "write_count_run", "load_params",
+    "NULL_MODES", "nsi_null", "common_rate_null", "dilemma_rates_null",
+    "dilemma_rates_draws", "POOLED_NSI", "pooled_rates", "count_tables", "write_count_run", "load_params",
     "scale_table",
 ]

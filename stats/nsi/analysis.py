@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from contract import NSI_NULLS
 from stats.nsi.cells import COMPLIANCE, Cells, build_cells, sampled, subset_models, usable_dilemmas
 from stats.nsi.continuous import TEMPERED, continuous_domain_table, continuous_points, continuous_table
 from stats.nsi.endorsement import (
@@ -78,9 +79,7 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
     temps = sorted(samp["temperature"].unique())
     headlines = [f"nsi: {len(cells.models)} model(s) x {len(cells.dilemmas)} dilemmas x 4 framings, {len(samp)} "
                  f"sampled replies (T {', '.join(f'{x:g}' for x in temps)}), {samp['parse_ok'].mean():.1%} parsed",
-                 f"null: {null_mode}" + (" (the paper's: NSI of model-pooled rates against Binomial(N_f, p) draws "
-                                         "of the pooled counts)" if null_mode == "pooled" else
-                                         " (mean of per-dilemma NSI against per-dilemma nulls; not the paper's)")]
+                 f"null: {null_mode}{' (the default)' if null_mode == DEFAULT_NULL else ''}: {NSI_NULLS[null_mode]}"]
     compliant, line = _compliance(t, cells)
     headlines.append(line)
     groups = {m: g for m, g in groups.items() if m in compliant} if groups else groups
@@ -89,11 +88,14 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
     headlines += _model_headlines(models_tab, acq)
     if groups:
         tests = group_tests_table(models_tab, groups)
-        t.append(NsiTable("nsi_group_tests", "Group tests on per-model NSI (Kruskal-Wallis, Mann-Whitney)", tests))
+        t.append(NsiTable("nsi_group_tests", "Group tests on per-model NSI (Kruskal-Wallis, Mann-Whitney); epsilon_sq_paper is "
+                                             "the paper's epsilon^2, computed as eta^2_H = (H - k + 1) / (n - k); "
+                                             "epsilon_sq_classical is H / (n - 1)", tests))
         kw = tests[(tests["metric"] == "nsi_corrected") & (tests["test"] == "kruskal-wallis")].iloc[0]
         if np.isfinite(kw["statistic"]):
             headlines.append(f"Kruskal-Wallis on corrected NSI across groups: H={kw['statistic']:.2f}, "
-                             f"p={fmt_p(kw['p_two_sided'])}, eps2={kw['epsilon_sq']:.2f}, eta2_H={kw['eta_sq_h']:.2f}")
+                             f"p={fmt_p(kw['p_two_sided'])}, ε²={kw['epsilon_sq_paper']:.2f} (the paper's ε², computed as "
+                             f"η²_H = (H - k + 1)/(n - k)); classical ε² = H/(n - 1) = {kw['epsilon_sq_classical']:.2f}")
     kept = subset_models(cells, [m in compliant for m in cells.models])
     if params:
         scale = scale_table(models_tab[models_tab["compliant"]], params)

@@ -2,17 +2,25 @@
 no-framing-effect null, the acquiescence index, and the effect sizes of the group test.
 
 * NSI = max_f P_a^f - min_f P_a^f (eq. 2) over the framings compared.
-* The null (``NULL_MODES``), two readings selectable by ``null_mode`` and recorded in every output:
+* The null (``NULL_MODES``, declared with their descriptions in contract.NSI_NULLS), selectable by
+  ``null_mode`` and recorded in every output. "No framing effect" says that a dilemma's endorsement rate
+  does not depend on the framing; it does not say that a model's dilemmas share one rate.
 
-  - ``pooled`` (the paper's, the default): a model's NSI is eq. 2 on its endorsement rates pooled over
-    its dilemmas (P_a^f = sum_s k_sf / sum_s n_sf, dilemmas with a parsed reply under every framing
-    compared); under no framing effect each framing's N_f = sum_s n_sf valid replies are Binomial(N_f, p)
-    with p the model's rate pooled over dilemmas and framings. Table 4: "'Corrected' subtracts the
-    simulated null expectation E[NSI | no framing effect]", and sec. 4.4: "each model's observed NSI
-    exceeding all 2,000 null simulations"; Appendix B: "NSI measures the maximum endorsement swing across
-    all four framings". At about 420 replies per framing this null is 0.02-0.05, Table 4's corrections.
-  - ``per-dilemma`` (the earlier reading, kept for comparison): a model's NSI is the mean over dilemmas
-    of the per-dilemma NSI, and each dilemma's n_f replies are Binomial(n_f, p_s) with p_s that dilemma's
+  - ``dilemma-rates`` (the default): a model's NSI is eq. 2 on its endorsement rates pooled over its
+    dilemmas (P_a^f = sum_s k_sf / sum_s n_sf, dilemmas with a parsed reply under every framing
+    compared). Under no framing effect each dilemma keeps its own rate p_s (its replies pooled over the
+    framings compared), each cell's n_sf observed replies are Binomial(n_sf, p_s), and each draw's NSI is
+    eq. 2 on the draw's model-pooled rates, aggregated exactly as the observed one. Table 4: "'Corrected'
+    subtracts the simulated null expectation E[NSI | no framing effect]"; sec. 4.4: "each model's observed
+    NSI exceeding all 2,000 null simulations". Dilemmas far from 1/2 make a smaller null (Table 4's
+    corrections for its least sensitive models are 0.022-0.032), and a framing whose replies fail to parse
+    on some dilemmas moves the simulated pooled rate as it moves the observed one (composition).
+  - ``common-rate``: the same NSI; the null draws each framing's N_f = sum_s n_sf replies as
+    Binomial(N_f, p), p the model's rate pooled over dilemmas and framings. At about 420 replies per
+    framing it cannot go below about 0.046 for p between 0.3 and 0.7, and it reads a change of the pooled
+    rate by composition alone as a framing effect.
+  - ``per-dilemma`` (an earlier reading, kept for comparison): a model's NSI is the mean over dilemmas of
+    the per-dilemma NSI, and each dilemma's n_f replies are Binomial(n_f, p_s) with p_s that dilemma's
     rate; at 30 replies per cell its expectation is 3-4x Table 4's corrections.
 
   corrected = observed - expected; the one-sided p is (1 + #draws >= observed) / (1 + draws).
@@ -26,14 +34,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract import FRAMINGS
+from contract import FRAMINGS, NSI_NULLS
 from stats.core.seeding import ENTROPY, rng_for
 
 N_NULL = 2000
 """Simulated null draws (the paper's 2,000)."""
-NULL_MODES = ("pooled", "per-dilemma")
-"""How a model's NSI and its null are computed (module docstring); the first is the paper's."""
+NULL_MODES = tuple(NSI_NULLS)
+"""How a model's NSI and its null are computed (module docstring); the first is the default."""
 DEFAULT_NULL = NULL_MODES[0]
+POOLED_NSI = ("dilemma-rates", "common-rate")
+"""The modes whose NSI is eq. 2 on the model-pooled rates (the others take the mean of per-dilemma NSI)."""
 
 
 def nsi_from_rates(rates, framings=FRAMINGS) -> float:
@@ -105,7 +115,7 @@ class NullResult:
     """Observed NSI of one model against its simulated no-framing-effect null."""
 
     observed: float
-    """The model's NSI: of its pooled rates (``pooled``) or the mean of its per-dilemma NSI (``per-dilemma``)."""
+    """The model's NSI: of its pooled rates (POOLED_NSI modes) or the mean of its per-dilemma NSI (``per-dilemma``)."""
     expected: float
     """E[NSI | no framing effect] (mean of the null draws)."""
     corrected: float
@@ -113,7 +123,7 @@ class NullResult:
     p_value: float
     """One-sided (1 + #draws >= observed) / (1 + draws)."""
     per_dilemma_expected: tuple
-    """E[NSI | no effect] per dilemma (NaN where the dilemma's NSI is undefined; NaN throughout for ``pooled``)."""
+    """E[NSI | no effect] per dilemma (NaN where the dilemma's NSI is undefined; NaN throughout for POOLED_NSI)."""
     mode: str = "per-dilemma"
     """Which null (NULL_MODES)."""
 
@@ -153,30 +163,71 @@ def pooled_rates(n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return rates, n_f, keep
 
 
-def pooled_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator, n_draws: int = N_NULL) -> NullResult:
-    """The paper's null for one model: eq. 2 on the model-pooled rates against Binomial(N_f, p) draws.
+def _pooled_observed(n: np.ndarray, k: np.ndarray, framing_idx):
+    """(selected counts of the dilemmas kept, pooled counts per framing, observed NSI) or None if none is kept."""
+    n_sel, k_sel = n[:, framing_idx], k[:, framing_idx]
+    rates, n_f, keep = pooled_rates(n_sel, k_sel)
+    if not keep.any():
+        return None
+    return n_sel[keep], k_sel[keep], n_f, float(rates.max() - rates.min())
+
+
+def _against(observed: float, draws: np.ndarray, n_rows: int, mode: str) -> NullResult:
+    expected = float(draws.mean())
+    p_value = (1 + int(np.sum(draws >= observed - 1e-12))) / (1 + len(draws))
+    return NullResult(observed, expected, observed - expected, p_value, tuple([float("nan")] * n_rows), mode)
+
+
+def _no_dilemma(n_rows: int, mode: str) -> NullResult:
+    nan = float("nan")
+    return NullResult(nan, nan, nan, nan, tuple([nan] * n_rows), mode)
+
+
+def common_rate_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator, n_draws: int = N_NULL) -> NullResult:
+    """The common-rate null for one model: eq. 2 on the model-pooled rates against Binomial(N_f, p) draws.
 
     ``n``, ``k``: (S, 4) counts; ``framing_idx`` selects the framings compared.
     """
-    n_sel, k_sel = n[:, framing_idx], k[:, framing_idx]
-    rates, n_f, keep = pooled_rates(n_sel, k_sel)
-    nan = float("nan")
-    per = tuple([nan] * n.shape[0])
-    if not keep.any():
-        return NullResult(nan, nan, nan, nan, per, "pooled")
-    observed = float(rates.max() - rates.min())
-    p = k_sel[keep].sum() / n_f.sum()
+    got = _pooled_observed(n, k, framing_idx)
+    if got is None:
+        return _no_dilemma(n.shape[0], "common-rate")
+    _, k_kept, n_f, observed = got
+    p = k_kept.sum() / n_f.sum()
     draws = null_nsi_draws(n_f, np.asarray(p), n_draws, rng)  # (B,)
-    expected = float(draws.mean())
-    p_value = (1 + int(np.sum(draws >= observed - 1e-12))) / (1 + n_draws)
-    return NullResult(observed, expected, observed - expected, p_value, per, "pooled")
+    return _against(observed, draws, n.shape[0], "common-rate")
+
+
+def dilemma_rates_draws(n_kept: np.ndarray, p_s: np.ndarray, n_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_draws,) NSI of the model-pooled rates when each dilemma's ``n_kept`` (S, F) replies are
+    Binomial(n_sf, p_s): no framing effect, every dilemma at its own rate, the observed cell sizes."""
+    kk = rng.binomial(np.broadcast_to(n_kept, (n_draws,) + n_kept.shape),
+                      np.broadcast_to(p_s[:, None], (n_draws,) + n_kept.shape))  # (B, S, F)
+    rates = kk.sum(axis=1) / n_kept.sum(axis=0)  # (B, F): pooled over dilemmas as the observed P_a^f
+    return rates.max(axis=1) - rates.min(axis=1)
+
+
+def dilemma_rates_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator,
+                       n_draws: int = N_NULL) -> NullResult:
+    """The default null for one model: eq. 2 on the model-pooled rates against draws in which every
+    dilemma keeps its own rate (pooled over the framings compared) and every cell its observed size.
+
+    ``n``, ``k``: (S, 4) counts; ``framing_idx`` selects the framings compared.
+    """
+    got = _pooled_observed(n, k, framing_idx)
+    if got is None:
+        return _no_dilemma(n.shape[0], "dilemma-rates")
+    n_kept, k_kept, _, observed = got
+    p_s = k_kept.sum(axis=1) / n_kept.sum(axis=1)
+    return _against(observed, dilemma_rates_draws(n_kept, p_s, n_draws, rng), n.shape[0], "dilemma-rates")
 
 
 def nsi_null(n: np.ndarray, k: np.ndarray, framing_idx, rng: np.random.Generator, n_draws: int = N_NULL,
              mode: str = DEFAULT_NULL) -> NullResult:
     """A model's NSI against its null, by ``mode`` (NULL_MODES)."""
-    if mode == "pooled":
-        return pooled_null(n, k, framing_idx, rng, n_draws)
+    if mode == "dilemma-rates":
+        return dilemma_rates_null(n, k, framing_idx, rng, n_draws)
+    if mode == "common-rate":
+        return common_rate_null(n, k, framing_idx, rng, n_draws)
     if mode == "per-dilemma":
         return model_null(n, k, framing_idx, rng, n_draws)
     raise ValueError(f"null mode {mode!r}: expected one of {', '.join(NULL_MODES)}")

@@ -2,9 +2,9 @@
 the null correction, cluster or nested CIs and audit tiers; and the temperature ablation (Appendix B).
 
 A model's (or a model x domain's) NSI depends on the null mode (`measures.NULL_MODES`, recorded in the
-``null`` column): ``pooled`` (the paper's) takes eq. 2 on the rates pooled over the unit's dilemmas and
-corrects it with the null on pooled counts; ``per-dilemma`` takes the mean of the per-dilemma NSI with the
-per-dilemma null. Both values are always reported (``nsi_pooled``, ``nsi_dilemma_mean``). CIs of a model's
+``null`` column): ``dilemma-rates`` (the default) and ``common-rate`` take eq. 2 on the rates pooled over
+the unit's dilemmas and correct it with their null (`measures`); ``per-dilemma`` takes the mean of the
+per-dilemma NSI with the per-dilemma null. Both values are always reported (``nsi_pooled``, ``nsi_dilemma_mean``). CIs of a model's
 NSI are percentile scenario-cluster bootstraps (dilemmas resampled), centred on the observed value as in
 Table 4; a model x domain has only two dilemmas, whose cluster bootstrap has three distinct resamples, so
 its CI is nested (dilemmas, then replies within each cell). The null's one-sided p is Bonferroni-adjusted
@@ -26,7 +26,7 @@ from stats.core.bootstrap import cluster_ci, nested_binomial_ci
 from stats.core.seeding import ENTROPY, rng_for
 from stats.nsi.cells import ALL_IDX, PAIR_IDX, Cells, build_cells, greedy
 from stats.nsi.intervals import pooled_cluster_ci, pooled_nested_ci
-from stats.nsi.measures import DEFAULT_NULL, acquiescence_index, model_null, nsi_array, nsi_from_rates, nsi_null, pooled_rates
+from stats.nsi.measures import DEFAULT_NULL, POOLED_NSI, acquiescence_index, model_null, nsi_array, nsi_from_rates, nsi_null, pooled_rates
 from stats.nsi.tiers import TABLE6, domain_bands, tier_on_ci
 
 N_BOOT = 10_000
@@ -65,7 +65,7 @@ def scenario_table(cells: Cells, groups: dict | None, seed: int, n_null: int) ->
 
 def _observed_ci(n, k, rates, idx, rng, n_boot, mode):
     """Scenario-cluster CI of the observed NSI over framings ``idx``, in the unit of ``mode``."""
-    if mode == "pooled":
+    if mode in POOLED_NSI:
         return pooled_cluster_ci(n[:, idx], k[:, idx], rng, n_boot)
     return cluster_ci(nsi_array(rates[:, idx]), rng, n_boot)
 
@@ -124,7 +124,7 @@ def _bonferroni(p: np.ndarray) -> np.ndarray:
 def _domain_nsi(n, k, rates, rng_null, rng_ci, n_null, n_boot, mode):
     """(observed, corrected, CI low, CI high, F0/F1 observed) of one model x domain, in the unit of ``mode``."""
     null = nsi_null(n, k, ALL_IDX, rng_null, n_null, mode)
-    if mode == "pooled":
+    if mode in POOLED_NSI:
         lo, hi = pooled_nested_ci(n, k, rng_ci, min(n_boot, 4000))
         pr, _, keep = pooled_rates(n[:, PAIR_IDX], k[:, PAIR_IDX])
         nsi01 = nsi_from_rates(pr) if keep.any() else float("nan")

@@ -26,7 +26,7 @@ def run_nsi_stats(run_dirs, out_dir=None, groups: dict | None = None, seed: int 
     """Compute every framing-stability statistic over ``run_dirs`` and write tables + figures to ``out_dir``.
 
     ``groups`` maps model name -> group label (for group tables, Kruskal-Wallis and Mann-Whitney).
-    ``null_mode``: ``pooled`` (the paper's) or ``per-dilemma`` (stats.nsi.measures), recorded in the
+    ``null_mode``: one of measures.NULL_MODES (``dilemma-rates``, the default), recorded in the
     tables' ``null`` column and in the headlines. ``params`` (model -> parameter count) adds the scale
     correlation of sec. 4.4. With one
     run directory and no ``out_dir`` the output goes to ``RUN_DIR/stats``. Returns headline lines.
@@ -79,5 +79,5 @@ def write_nsi_report(a: NsiAnalysis, out: Path) -> None:
         agreement_figure(a.table("nsi_agreement"), out / "fig_agreement.png")
         figs += "\n![inter-model agreement](fig_agreement.png)\n"
     report.append(figs)
-    (out / "nsi_report.md").write_text("\n".join(report))
-    (out / "headlines.txt").write_text("\n".join(a.headlines) + "\n")
+    (out / "nsi_report.md").write_text("\n".join(report), encoding="utf-8")
+    (out / "headlines.txt").write_text("\n".join(a.headlines) + "\n", encoding="utf-8")

@@ -3,9 +3,11 @@
 * Cochran's Q per model x dilemma over the four framings, blocks = sample index (the paper's matching unit:
   the shared dilemma, with the k-th sample of each framing as one block), complete blocks only; NaN when no
   block varies (Q is 0/0). Benjamini-Hochberg (scipy ``false_discovery_control``) across all finite p.
-* Kruskal-Wallis across user-supplied model groups on the per-model corrected NSI, with two effect sizes:
-  epsilon^2 = H / (n - 1) (Tomczak & Tomczak 2014) and eta^2_H = (H - k + 1) / (n - k); the paper's
-  "epsilon^2 = 0.46" for H = 7.96, n = 16, k = 3 is the latter. Pairwise Mann-Whitney with the exact test
+* Kruskal-Wallis across user-supplied model groups on the per-model corrected NSI, with two effect sizes.
+  The paper's "epsilon^2 = 0.46" for H = 7.96, n = 16, k = 3 is what is usually called
+  eta^2_H = (H - k + 1) / (n - k); it is reported under the paper's symbol (``epsilon_sq_paper``), and the
+  classical epsilon^2 = H / (n - 1) (Tomczak & Tomczak 2014; 0.53 on the same H) beside it
+  (``epsilon_sq_classical``). Pairwise Mann-Whitney with the exact test
   when there are no ties: two-sided and one-sided "first group greater" p (the paper's .004/.014 are
   one-sided, its .68 two-sided).
 """
@@ -101,7 +103,7 @@ class PairTest:
 
 
 def kruskal_groups(values: dict, groups: dict) -> dict:
-    """Kruskal-Wallis across groups of per-model values, with epsilon^2 and eta^2_H."""
+    """Kruskal-Wallis across groups of per-model values, with the paper's epsilon^2 (eta^2_H) and the classical one."""
     by = {}
     for model, v in values.items():
         g = groups.get(model)
@@ -110,14 +112,15 @@ def kruskal_groups(values: dict, groups: dict) -> dict:
     by = {g: v for g, v in by.items() if v}
     n = sum(len(v) for v in by.values())
     k = len(by)
-    out = {"k_groups": k, "n_models": n, "h": np.nan, "p_value": np.nan, "epsilon_sq": np.nan, "eta_sq_h": np.nan}
+    out = {"k_groups": k, "n_models": n, "h": np.nan, "p_value": np.nan, "epsilon_sq_paper": np.nan,
+           "epsilon_sq_classical": np.nan}
     if k < 2 or n <= k:
         return out
     try:
         h, p = sps.kruskal(*by.values())
     except ValueError:  # all values identical
         return out
-    out.update(h=float(h), p_value=float(p), epsilon_sq=epsilon_squared(h, n), eta_sq_h=eta_squared_h(h, n, k))
+    out.update(h=float(h), p_value=float(p), epsilon_sq_paper=eta_squared_h(h, n, k), epsilon_sq_classical=epsilon_squared(h, n))
     return out
 
 
@@ -151,11 +154,12 @@ def group_tests_table(models_tab: pd.DataFrame, groups: dict) -> pd.DataFrame:
         kw = kruskal_groups(values, groups)
         tests.append({"metric": metric, "test": "kruskal-wallis", "groups": f"{kw['k_groups']} groups",
                       "n": kw["n_models"], "statistic": kw["h"], "p_two_sided": kw["p_value"], "p_greater": np.nan,
-                      "epsilon_sq": kw["epsilon_sq"], "eta_sq_h": kw["eta_sq_h"], "rank_biserial": np.nan})
+                      "epsilon_sq_paper": kw["epsilon_sq_paper"], "epsilon_sq_classical": kw["epsilon_sq_classical"],
+                      "rank_biserial": np.nan})
         for t in pairwise_mannwhitney(values, groups):
             tests.append({"metric": metric, "test": "mann-whitney", "groups": f"{t.group_a} > {t.group_b}",
                           "n": t.n_a + t.n_b, "statistic": t.u, "p_two_sided": t.p_two_sided,
-                          "p_greater": t.p_greater, "epsilon_sq": np.nan, "eta_sq_h": np.nan,
+                          "p_greater": t.p_greater, "epsilon_sq_paper": np.nan, "epsilon_sq_classical": np.nan,
                           "rank_biserial": t.rank_biserial})
     return pd.DataFrame(tests)
 

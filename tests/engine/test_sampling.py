@@ -79,3 +79,19 @@ def test_uniforms_are_keyed_by_seed_and_step():
     assert bool(((a >= 0) & (a < 1)).all())
     # Fixed forever: runs on other machines must draw the same rollouts.
     assert row_uniforms([1], 2)[0].tolist() == pytest.approx([0.3035680343067586, 0.8487087496857769], abs=0)
+
+
+@pytest.mark.parametrize("rank", [3, 17, 60])
+def test_top_p_cut_at_an_exact_tie_is_the_warpers(rank):
+    """top_p chosen so that 1 - top_p is exactly the ascending cumulative mass up to the `rank`-th least likely
+    token, as the warper computes it: TopPLogitsWarper drops that token (`<=`), so the nucleus keeps
+    vocab - rank - 1 tokens, and the exact tempered distribution must keep the same ones."""
+    logits = torch.randn(1, 64, generator=torch.Generator().manual_seed(rank))
+    cumulative = logits.sort(-1).values.softmax(-1).cumsum(-1)
+    top_p = 1.0 - float(cumulative[0, rank])
+    assert torch.tensor(1.0 - top_p, dtype=torch.float32) == cumulative[0, rank]  # the tie is exact in float32
+    reference = TopPLogitsWarper(top_p)(None, logits.clone()).softmax(-1)
+    assert int((reference > 0).sum()) == 64 - rank - 1
+    ours = tempered_distribution(logits, 1.0, top_p)
+    assert torch.equal(ours > 0, reference > 0)
+    torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-7)

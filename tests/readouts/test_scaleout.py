@@ -141,3 +141,28 @@ def test_ranks_wait_longer_than_nccls_default(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert parallel_context(None, False, None)[:2] == (1, 2)
     assert seen["timeout"] == RANK_TIMEOUT >= datetime.timedelta(hours=6)
+
+
+def test_merge_of_several_chunks_against_an_independent_reference(tmp_path):
+    """A run in four chunks against the same run in one chunk, row for row, and against what the workload
+    must hold, counted here from the panel: every dilemma read x framing x reply exactly once. The merged
+    table is also the plain concatenation of the chunk files in chunk order (no chunk left out)."""
+    from contract import FRAMINGS
+    from panels.schema import load_panel
+
+    options = dict(model=ModelOptions("tiny-qwen2"), limit=4, progress=False)
+    many = run(NsiStudy(), RunOptions(out=str(tmp_path / "many"), overrides=("samples=1", "budget=6", "chunk_size=1"),
+                                      **options), log=lambda _: None)
+    one = run(NsiStudy(), RunOptions(out=str(tmp_path / "one"), overrides=("samples=1", "budget=6", "chunk_size=4"),
+                                     **options), log=lambda _: None)
+    assert len(list((many / "chunks").glob("nsi_replies-*.parquet"))) == 4
+    assert len(list((one / "chunks").glob("nsi_replies-*.parquet"))) == 1
+    for name in ("nsi_replies", "nsi_continuous"):
+        merged = pd.read_parquet(many / f"{name}.parquet")
+        pd.testing.assert_frame_equal(merged, pd.read_parquet(one / f"{name}.parquet"))
+        chunks = sorted((many / "chunks").glob(f"{name}-*.parquet"))
+        pd.testing.assert_frame_equal(merged, pd.concat([pd.read_parquet(p) for p in chunks], ignore_index=True))
+    ids = [d.id for d in load_panel("nsi-14").records[:4]]
+    replies = pd.read_parquet(many / "nsi_replies.parquet")
+    want = sorted((d, f, j) for d in ids for f in FRAMINGS for j in range(2))
+    assert sorted(zip(replies["dilemma_id"], replies["framing"], replies["sample"])) == want

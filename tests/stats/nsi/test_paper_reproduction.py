@@ -65,7 +65,7 @@ def test_table5_financial_scenario(out):
 
 def test_table4_observed_and_corrected_nsi(out):
     models = _csv(out, "nsi_models").set_index("model")
-    assert set(models["null"]) == {"pooled"}
+    assert set(models["null"]) == {"dilemma-rates"}
     for m, (observed, corrected) in TABLE4.items():
         assert models.loc[m, "nsi"] == pytest.approx(observed, abs=COUNT_STEP), m
         if m != "Gemini-3-Flash":  # its 0.108 correction needs a parse pattern the paper does not publish
@@ -99,7 +99,10 @@ def test_group_tests_of_section_4_2(out):
     # "Kruskal-Wallis on bias-corrected NSI, H = 7.96, p = .019, epsilon^2 = 0.46"
     assert round(kw["statistic"], 2) == 7.96
     assert round(kw["p_two_sided"], 3) == 0.019
-    assert round(kw["eta_sq_h"], 2) == 0.46
+    assert round(kw["epsilon_sq_paper"], 2) == 0.46  # eta^2_H, under the paper's symbol
+    assert round(kw["epsilon_sq_classical"], 2) == 0.53  # H / (n - 1), labelled as what it is
+    lines = (out / "headlines.txt").read_text(encoding="utf-8")
+    assert "ε²=0.46 (the paper's ε², computed as η²_H = (H - k + 1)/(n - k)); classical ε² = H/(n - 1) = 0.53" in lines
     # "pairwise Mann-Whitney p = .004 and .014 ... US and Chinese-origin ... p = .68"
     assert round(t.loc["OSS > US", "p_greater"], 3) == 0.004
     assert round(t.loc["OSS > CN", "p_greater"], 3) == 0.014

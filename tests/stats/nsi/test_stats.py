@@ -66,8 +66,8 @@ def test_group_tests_reproduce_section_4_2():
     assert kw["n_models"] == 16 and kw["k_groups"] == 3
     assert kw["h"] == pytest.approx(7.96, abs=0.005)
     assert kw["p_value"] == pytest.approx(0.019, abs=0.0005)
-    assert kw["eta_sq_h"] == pytest.approx(0.46, abs=0.005)  # (H - k + 1) / (n - k)
-    assert kw["epsilon_sq"] == pytest.approx(7.9632 / 15, abs=1e-3)  # H / (n - 1)
+    assert kw["epsilon_sq_paper"] == pytest.approx(0.46, abs=0.005)  # eta^2_H = (H - k + 1) / (n - k)
+    assert kw["epsilon_sq_classical"] == pytest.approx(7.9632 / 15, abs=1e-3)  # H / (n - 1)
     # "open-source models exceed both commercial groups (pairwise Mann-Whitney p = .004 and .014), while the US
     # and Chinese-origin groups are statistically indistinguishable (p = .68)".
     pairs = {(t.group_a, t.group_b): t for t in pairwise_mannwhitney(values, groups)}
