@@ -76,6 +76,11 @@ PROFILES = {
 }
 
 
+def run_name(profile: str, seed, sample: bool = False) -> str:
+    """The run directory's last part (under runs/<model>/<panel>/) for a profile and seed."""
+    return f"{profile}-seed{seed}{'-sample' if sample else ''}"
+
+
 def rollouts(spec: ReadoutSpec, profile: GapProfile) -> int:
     """Rollouts per prompt of an anchor readout: the greedy one plus the sampled ones, or the spec's own
     total (`rollouts`); a derived readout has as many as the readout it re-reads."""

@@ -14,7 +14,7 @@ from contract.tables import PROBES, SCENARIOS
 from engine.errors import ReadoutError
 from engine.render import encode_prompt
 from panels.frames import render
-from readouts.gap.profile import PROFILES, cells_read
+from readouts.gap.profile import PROFILES, cells_read, run_name
 from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, prompt_of, reads_per_scenario
 
 
@@ -56,7 +56,7 @@ class GapStudy:
         return PROFILES
 
     def run_name(self, profile, seed: int) -> str:
-        return f"{profile.name}-seed{seed}{'-sample' if self.sample else ''}"
+        return run_name(profile.name, seed, self.sample)
 
     def stratum(self, record) -> str:
         return record.family

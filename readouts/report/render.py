@@ -112,6 +112,8 @@ def local_nav(s: Section, sid: str) -> str:
 
 
 def table_html(t: TableData) -> str:
+    if t.error is not None:
+        return f'<div class="note unreadable">{e(t.name)}: not a readable CSV table ({e(t.error)})</div>'
     more = f" (first {len(t.rows)} of {t.total_rows} rows)" if t.total_rows > len(t.rows) else f" ({t.total_rows} rows)"
     head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
     rows = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in r) + "</tr>" for r in t.rows)
