@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 DEFAULT_MASS_FLOOR = 0.5
 """Minimum total letter mass (under the agent frame) for a scenario to enter the screen."""
+PAPER_PROFILES = ("paper", "paper-gpu")
+"""The profiles that hold the papers' settings (paper-gpu: the same numbers in larger chunks)."""
 DEFAULT_N_BOOT = 10_000
 """Bootstrap resamples of every CI."""
 

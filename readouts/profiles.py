@@ -39,7 +39,8 @@ def not_paper_note(profile: Profile, paper: Profile, fields) -> str | None:
             if getattr(profile, f) != getattr(paper, f)]
     if not diff:
         return None
-    return (f"note: profile '{profile.name}' is not the paper's settings: " + ", ".join(diff)
+    shown = diff if len(diff) <= 4 else [*diff[:4], f"{len(diff) - 4} more"]
+    return (f"note: profile '{profile.name}' is not the paper's settings: " + ", ".join(shown)
             + "; its numbers are not comparable with the paper's (use --profile paper)")
 
 

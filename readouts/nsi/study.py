@@ -125,6 +125,8 @@ class NsiStudy:
     """The tokens read for "agree" and "disagree" (`decision_words`, set by `prepare`)."""
     profile: object = None
     """The resolved profile of the run (set by `prepare`), for the summary's settings note."""
+    stats_command: str = "readout nsi-stats"
+    """What reads the run next (the summary's last line names it)."""
 
     @property
     def profiles(self):

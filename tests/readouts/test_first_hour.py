@@ -152,3 +152,27 @@ def test_a_typo_in_a_model_name_suggests_the_nearest_alias():
     with pytest.raises(UnknownModelError) as exc:
         resolve("zzzz")
     assert "did you mean" not in str(exc.value)
+
+
+def test_run_summary_is_an_aligned_table_with_a_settings_note_and_the_next_command(tmp_path):
+    from readouts.driver import ModelOptions, RunOptions
+    from readouts.driver import run as run_study
+    from readouts.gap import profile as gap_profile
+    from readouts.gap.study import GapStudy
+    from tests.readouts.test_show import TINY_PROFILE
+
+    lines = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(gap_profile.PROFILES, TINY_PROFILE.name, TINY_PROFILE)
+        options = RunOptions(model=ModelOptions("tiny-qwen2"), profile=TINY_PROFILE.name, out=str(tmp_path / "run"),
+                             progress=False)
+        run_study(GapStudy(readouts="D,J"), options, log=lambda _: None, result=lines.append)
+    assert any(line.startswith(f"note: profile '{TINY_PROFILE.name}' is not the paper's settings") for line in lines)
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["family", "n"])
+    table = lines[header:header + 1 + 3]  # one family row per family read, then "all"
+    names = ["p_D", "p_J", "p_D(twin)", "p_J(twin)", "g", "g(twin)"]
+    for name in names:  # every value ends where its column's name ends
+        end = table[0].index(name) + len(name)
+        for row in table[1:]:
+            assert row[end - 1] != " " and (end == len(row) or row[end] == " "), (name, table)
+    assert lines[-1] == f"next: readout stats {tmp_path / 'run'}   (then: readout report {tmp_path / 'run'})"
