@@ -364,11 +364,13 @@ def panels_validate(paths):
     from readouts.panel_tools import validate
 
     failed = False
-    for path, error, summary in validate(paths):
+    for path, error, summary, warnings in validate(paths):
         if error:
             failed = True
             click.echo(f"error: {error}", err=True)
         else:
+            for line in warnings:
+                click.echo(f"warning: {line}", err=True)
             click.echo(f"ok {path}: {summary}")
     if failed:
         sys.exit(2)
