@@ -18,7 +18,9 @@ import pandas as pd
 
 from contract.tables import NSI_REPLIES, PROBES
 from engine.errors import ReadoutError
+from readouts.report.card import Card, gap_card, group_warnings, nsi_card
 from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, scenario_views
+from stats.core.manifest import settings_note
 
 #: Markdown reports the stats commands write, in the order one is looked for in a folder.
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
@@ -71,6 +73,10 @@ class Section:
     tables: list[TableData] = field(default_factory=list)
     items: list[ScenarioView | DilemmaView] = field(default_factory=list)
     items_total: int = 0
+    card: Card | None = None
+    """The headline card (readouts/report/card.py), or None when the stats were not written."""
+    warnings: list[tuple[str, int]] = field(default_factory=list)
+    """The stats headline's warnings, one per kind: (first line, how many lines of that kind)."""
 
 
 @dataclass
@@ -111,7 +117,8 @@ def read_table_part(path: Path) -> TableData:
     try:
         return read_csv_table(path)
     except PART_ERRORS as exc:
-        return TableData(path.name, (), (), 0, error=_problem(exc))
+        reason, prefix = _problem(exc), f"{path}: not a readable CSV table ("
+        return TableData(path.name, (), (), 0, error=reason[len(prefix):-1] if reason.startswith(prefix) else reason)
 
 
 def read_results(folder: Path, section: Section) -> None:
@@ -146,6 +153,35 @@ def _facts(manifest: dict) -> list[tuple[str, str]]:
     return [(k, str(v)) for k, v in facts if v is not None]
 
 
+WARNING_PREFIXES = ("warning:", "skipped:", "note:")
+
+
+def headline_lines(stats: Path, section: Section) -> list[str]:
+    """The stats command's headline lines: gap report.md's Headline bullets, NSI headlines.txt."""
+    if section.kind == "nsi":
+        path = stats / "headlines.txt"
+        return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    m = re.search(r"^## Headline\n(.*?)(?=^## )", section.markdown or "", re.MULTILINE | re.DOTALL)
+    return [BULLET_LINE.sub("", line) for line in (m.group(1) if m else "").splitlines() if BULLET_LINE.match(line)]
+
+
+BULLET_LINE = re.compile(r"^\s*-\s+")
+
+
+def headline_part(stats: Path, section: Section, label: str) -> None:
+    """The card and the grouped warnings of a run whose stats were written; a part that cannot be read is a note."""
+    try:
+        note = settings_note(section.manifest or {})
+        make = gap_card if section.kind == "gap" else nsi_card
+        section.card = make(stats, section.title.removeprefix(label + ": "), note)
+        lines = headline_lines(stats, section)
+        warn = [line for line in lines if line.startswith(WARNING_PREFIXES)
+                or (section.kind == "nsi" and ("undefined" in line or "left out" in line) and "continuous NSI" not in line)]
+        section.warnings = group_warnings([line for line in warn if line != note])
+    except PART_ERRORS as exc:
+        section.notes.append(f"{stats}: the headline card cannot be made ({_problem(exc)}); the rest is shown")
+
+
 def run_section(path: Path, max_items: int) -> Section:
     """A gap or NSI run directory: manifest, its stats folder (if written) and the drill-down."""
     run = open_run(path)
@@ -158,6 +194,7 @@ def run_section(path: Path, max_items: int) -> Section:
     stats = path / "stats"
     if stats.is_dir() and any(stats.iterdir()):
         read_results(stats, section)
+        headline_part(stats, section, label)
     else:
         section.notes.append(f"no stats folder: run `{STATS_COMMAND[run.kind]} {path}` first for the figures and tables "
                              "(this section shows the manifest and the drill-down only)")

@@ -176,3 +176,38 @@ def test_run_summary_is_an_aligned_table_with_a_settings_note_and_the_next_comma
         for row in table[1:]:
             assert row[end - 1] != " " and (end == len(row) or row[end] == " "), (name, table)
     assert lines[-1] == f"next: readout stats {tmp_path / 'run'}   (then: readout report {tmp_path / 'run'})"
+
+
+@pytest.fixture(scope="module")
+def gap_with_stats(tmp_path_factory):
+    from stats.gap import run_report
+
+    run = make_gap_run(tmp_path_factory.mktemp("gap") / "run")
+    run_report(run, n_boot=20)  # the default mass floor: a tiny model's letters carry little mass
+    return run
+
+
+def test_report_leads_with_the_answer(gap_with_stats, nsi_untempered, tmp_path):
+    out = tmp_path / "r.html"
+    write_report([gap_with_stats, nsi_untempered], out)
+    html = out.read_text(encoding="utf-8")
+    gap_part, nsi_part = html.split('data-kind="nsi"')
+    card = gap_part.index('class="card"')
+    assert card < gap_part.index("Tables") < gap_part.index("Run facts") < gap_part.index("Per scenario")
+    assert "Nothing screened: the model rarely answers with a letter" in gap_part
+    assert "verdict level" in gap_part and "known-gap control" in gap_part and "not the paper&#x27;s settings" in gap_part
+    assert 'class="card"' in nsi_part and "NSI" in nsi_part
+    assert "![" not in html  # the NSI report's figures are embedded, not raw markdown
+    assert nsi_part.count("data:image/png;base64,") >= 2 * len(list((nsi_untempered / "stats").glob("*.png")))
+    probes = pd.read_parquet(gap_with_stats / "probes.parquet")
+    distinct = probes.drop_duplicates(["scenario_id", "cell", "readout", "prompt_text"])
+    assert gap_part.count("<summary>prompt (") == len(distinct) < len(probes.drop_duplicates(
+        ["scenario_id", "cell", "readout", "frame", "order_index"]))
+
+
+def test_warnings_are_grouped_one_line_per_kind():
+    from readouts.report.card import group_warnings
+
+    lines = [f"warning: forced reads dominate J in {k} of 8 frame x cell groups (judge_{k}/primary 100%)" for k in range(5)]
+    lines += ["warning: the mass floor 0.5 removes 1 of 1 gate-family primaries", "skipped: dose arm: no dose_* readouts"]
+    assert group_warnings(lines) == [(lines[0], 5), (lines[5], 1), (lines[6], 1)]
