@@ -50,7 +50,7 @@ code{background:#f1f1f1;padding:0 3px;border-radius:3px}
 .card .meaning{font-size:15px;margin:8px 0 0}.count{color:#777;font-size:12px}
 details.warnings{background:#fffaf0;border:1px solid #f0d9a8;border-radius:4px;padding:4px 10px}
 details.warnings ul{margin:4px 0;padding-left:18px}
-.scroll{overflow-x:auto;max-width:100%;border:1px solid #eee;margin:4px 0 10px}.scroll table.data{margin:0}
+.scroll{overflow:auto;max-width:100%;max-height:520px;border:1px solid #eee;margin:4px 0 10px}.scroll table.data{margin:0}
 .orders td{font-size:12px}
 """
 

@@ -201,8 +201,26 @@ def test_report_leads_with_the_answer(gap_with_stats, nsi_untempered, tmp_path):
     assert nsi_part.count("data:image/png;base64,") >= 2 * len(list((nsi_untempered / "stats").glob("*.png")))
     probes = pd.read_parquet(gap_with_stats / "probes.parquet")
     distinct = probes.drop_duplicates(["scenario_id", "cell", "readout", "prompt_text"])
-    assert gap_part.count("<summary>prompt (") == len(distinct) < len(probes.drop_duplicates(
-        ["scenario_id", "cell", "readout", "frame", "order_index"]))
+    assert gap_part.count("<summary>prompt (") == len(distinct)
+
+
+def test_the_drill_down_shows_a_repeated_prompt_once(gap_with_stats, tmp_path):
+    run = tmp_path / "gap"
+    shutil.copytree(gap_with_stats, run)
+    path = run / "probes.parquet"
+    probes = pd.read_parquet(path)
+    d = probes[(probes.readout == "D") & (probes.cell == "primary") & (probes.scenario_id == probes.scenario_id.iloc[0])]
+    assert d.order_index.nunique() == 2
+    first = d[d.order_index == d.order_index.min()].prompt_text.iloc[0]
+    probes.loc[d.index, "prompt_text"] = first  # two option orders that read the same text
+    probes.to_parquet(path, index=False)
+    out = tmp_path / "r.html"
+    write_report([run], out)
+    html = out.read_text(encoding="utf-8")
+    shown = probes.drop_duplicates(["scenario_id", "cell", "readout", "prompt_text"])
+    assert html.count("<summary>prompt (") == len(shown) == len(
+        probes.drop_duplicates(["scenario_id", "cell", "readout", "frame", "order_index"])) - 1
+    assert "2 option orders</div>" in html
 
 
 def test_warnings_are_grouped_one_line_per_kind():
