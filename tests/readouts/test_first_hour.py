@@ -226,6 +226,7 @@ def test_the_drill_down_shows_a_repeated_prompt_once(gap_with_stats, tmp_path):
 def test_warnings_are_grouped_one_line_per_kind():
     from readouts.report.card import group_warnings
 
-    lines = [f"warning: forced reads dominate J in {k} of 8 frame x cell groups (judge_{k}/primary 100%)" for k in range(5)]
+    lines = [f"warning: forced reads dominate {r} in {k} of 8 frame x cell groups (judge_{k}/primary 100%)"
+             for k, r in enumerate(("J", "J", "J0", "dose_reasoning", "dose_filler"))]
     lines += ["warning: the mass floor 0.5 removes 1 of 1 gate-family primaries", "skipped: dose arm: no dose_* readouts"]
     assert group_warnings(lines) == [(lines[0], 5), (lines[5], 1), (lines[6], 1)]
