@@ -14,6 +14,7 @@ file's folder. Every alias remembers the file that defined it and its sha256 (re
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import hashlib
 import os
@@ -198,7 +199,9 @@ def resolve(name: str) -> ModelSpec:
         raise UnknownModelError(f"model '{name}': is a file, expected a checkpoint folder, an alias or an HF id")
     if HF_ID.match(name) and not name.startswith((".", "/")):
         return ModelSpec(name=name, source="hub", hf_id=name)
+    near = difflib.get_close_matches(name, list(specs), n=1, cutoff=0.6)
+    hint = f"did you mean '{near[0]}'? " if near else ""
     raise UnknownModelError(
-        f"unknown model '{name}': not an alias (see `readout models`; add your own with --models FILE or "
+        f"unknown model '{name}': {hint}not an alias (see `readout models`; add your own with --models FILE or "
         f"{USER_MODELS_ENV}), not an existing folder, not an HF id (org/name)"
     )

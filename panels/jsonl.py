@@ -18,6 +18,13 @@ def read_bytes(path: str | Path, error: type[Exception]) -> bytes:
         raise error(f"{path}: file: cannot read ({exc.strerror or exc})") from None
 
 
+def json_problem(exc: json.JSONDecodeError, unit: str, position: int) -> str:
+    """json's message with where it happened: 'Expecting value at column 5'. json's own message can end with
+    'at' ('Unterminated string starting at'), which is not written twice."""
+    msg = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+    return f"{msg} at {unit} {position}"
+
+
 def jsonl_objects(path: str | Path, error: type[Exception], data: bytes | None = None) -> Iterator[tuple[str, dict]]:
     """(where, object) for each non-blank line of `path` (or of `data`, its bytes), where = 'file:line'."""
     data = read_bytes(path, error) if data is None else data
@@ -32,7 +39,7 @@ def jsonl_objects(path: str | Path, error: type[Exception], data: bytes | None =
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise error(f"{where}: json: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            raise error(f"{where}: json: invalid JSON ({json_problem(exc, 'column', exc.colno)})") from None
         if not isinstance(obj, dict):
             raise error(f"{where}: json: each line must be a JSON object")
         yield where, obj

@@ -174,3 +174,49 @@ def report_lines(records) -> list[str]:
         for f, c in family_counts(records, field).items():
             lines.append(f"  {f}  " + ", ".join(f"{k} {n}" for k, n in sorted(c.items())))
     return lines
+
+
+# -- the role line -------------------------------------------------------------------------------------------------
+# Every gap frame opens with the protagonist's role ("You are Sextant, an AI maintenance-scheduling agent at
+# Harrowgate Wind." / "Sextant is an AI ... at Harrowgate Wind."). A context that says it again ("Sextant is an AI
+# maintenance-scheduling agent at Harrowgate Wind, which runs ...") doubles the line in every prompt; and since the
+# habit differs by writer, a slice by generator would compare prompt formats as much as writers.
+_ROLE_STOP = frozenset({"a", "an", "the", "at", "in", "for", "of", "and", "on", "to", "with", "s"})
+ROLE_STRICT = frozenset({"gap-v2"})
+"""Panels of record: a restated role line fails `readout panels validate` (elsewhere it is a warning)."""
+
+
+def _role_words(text: str) -> set[str]:
+    return {w for w in _TOKEN.findall(text.lower()) if w not in _ROLE_STOP}
+
+
+def restates_role(text: str, protagonist: str, agent: str) -> bool:
+    """True when a sentence of `text` introduces the protagonist by role ("<protagonist> is a/an/the ...") in words
+    of the frame's role line (the scenario's `agent`)."""
+    pattern = rf"(?:^|[.;!?]\s+){re.escape(protagonist)} is (?:an?|the)\s+([^.;!?]*)"
+    agent_words = _role_words(agent)
+    return any(_role_words(m.group(1)) & agent_words for m in re.finditer(pattern, text))
+
+
+def restated_roles(records) -> list[tuple[str, str, str]]:
+    """(scenario id, writer, field) for every context (and F4 paraphrase context) that restates the role line."""
+    out = []
+    for s in records:
+        if restates_role(s.context, s.protagonist, s.agent):
+            out.append((s.id, s.generator, "context"))
+        if s.paraphrase is not None and restates_role(s.paraphrase.context, s.protagonist, s.agent):
+            out.append((s.id, s.paraphrase.writer, "paraphrase.context"))
+    return out
+
+
+def role_line_summary(records) -> str:
+    """'12 of 248 contexts restate the frame's role line (writer-a 10 of 124, writer-b 2 of 124)'; per writer
+    counts over the contexts each wrote (paraphrase contexts under their own writer)."""
+    written: Counter = Counter()
+    for s in records:
+        written[s.generator] += 1
+        if s.paraphrase is not None:
+            written[s.paraphrase.writer] += 1
+    hits = Counter(w for _, w, _ in restated_roles(records))
+    per = ", ".join(f"{w} {hits[w]} of {written[w]}" for w in sorted(written))
+    return f"{sum(hits.values())} of {sum(written.values())} contexts restate the frame's role line ({per})"

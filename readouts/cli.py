@@ -9,9 +9,15 @@ import sys
 import click
 
 from contract.names import CELLS, NSI_NULLS
+from contract.options import COUNT, DEFAULT_MASS_FLOOR, DEFAULT_N_BOOT, INDEX, SHARE, TEMPERATURE, TOP_P
 from engine.errors import ReadoutError
 from panels.schema import PanelError
 from readouts.gap.profile import PROFILES as GAP_PROFILES
+from readouts.gap.profile import run_name as gap_run_name
+from readouts.nsi.profile import PROFILES as NSI_PROFILES
+from readouts.nsi.profile import run_name as nsi_run_name
+from readouts.options import bounded
+from readouts.profiles import set_example
 from stats.core.errors import StatsInputError
 
 
@@ -48,7 +54,7 @@ def _model_options(f):
     f = click.option("--dtype", default=None, help="float32 / bfloat16 / float16 (default: fp32 on CPU, bf16 on CUDA)")(f)
     f = click.option("--quantize", type=click.Choice(["4bit", "8bit"]), default=None, help="bitsandbytes quantization")(f)
     f = click.option("--device-map", default=None, help="accelerate device map for several GPUs, e.g. auto")(f)
-    f = click.option("--token-budget", default=None, type=int, help="padded tokens per forward pass")(f)
+    f = click.option("--token-budget", default=None, type=bounded(COUNT), help="padded tokens per forward pass")(f)
     f = click.option("--chat-template", default=None, type=click.Path(dir_okay=False),
                      help="a file whose chat template replaces the tokenizer's (its sha256 is recorded)")(f)
     f = click.option("--template-kwarg", "template_kwargs", multiple=True, metavar="KEY=VALUE",
@@ -103,18 +109,25 @@ def _template_kwargs(items) -> tuple:
     return tuple(out)
 
 
-def _run_options(default_seed: int, profiles=("quick", "paper")):
+#: Help texts built from the declarations the runs use: the run directory's name and the profiles' own fields.
+GAP_OUT_HELP = (f"run directory (default runs/<model>/<panel>/{gap_run_name('<profile>', '<seed>')}, "
+                f"{gap_run_name('<profile>', '<seed>', True)} with --sample)")
+GAP_SET_HELP = f"override a profile field, e.g. {set_example(GAP_PROFILES['paper'], ('j_budget', 'orders'))} (recorded)"
+NSI_OUT_HELP = f"run directory (default runs/<model>/<panel>/{nsi_run_name('<profile>', '<seed>')})"
+NSI_SET_HELP = f"override a profile field, e.g. {set_example(NSI_PROFILES['quick'], ('samples', 'budget'))} (recorded)"
+
+
+def _run_options(default_seed: int | None, profiles, out_help: str, set_help: str):
     """The options every study run takes (readouts.driver.RunOptions), on top of the model options."""
     def wrap(f):
         f = _model_options(f)
         f = click.option("--progress/--no-progress", default=True)(f)
         f = click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")(f)
         f = click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")(f)
-        f = click.option("--seed", default=default_seed, show_default=True, type=int)(f)
-        f = click.option("--out", "-o", default=None, help="run directory (default runs/<model>/<panel>/<profile>-seed<seed>)")(f)
-        f = click.option("--limit", default=None, type=int, help="read only the first N records of the profile's selection")(f)
-        f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                         help="override a profile field, e.g. --set j_budget=256 --set orders.D=8 (recorded)")(f)
+        f = click.option("--seed", default=default_seed, show_default=True, type=bounded(INDEX))(f)
+        f = click.option("--out", "-o", default=None, help=out_help)(f)
+        f = click.option("--limit", default=None, type=bounded(COUNT), help="read only the first N records of the profile's selection")(f)
+        f = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=set_help)(f)
         f = click.option("--profile", default="quick", show_default=True, type=click.Choice(list(profiles)))(f)
         return f
     return wrap
@@ -139,7 +152,8 @@ def _run(study, kwargs, log_panel: str | None):
 
 def _plan_options(f):
     """--plan and --gpu: the run's workload and its estimated time, before any weights load."""
-    f = click.option("--gpu", default="h200", show_default=True, help="GPU of the --plan estimate: h200, h100, a100, l40s")(f)
+    f = click.option("--gpu", default="h200", show_default=True, help="GPU of the --plan estimate (GPUs only; there is no CPU "
+                     "estimate): one of readouts/plan.py's GPUS (h200, h100, a100, l40s)")(f)
     return click.option("--plan", is_flag=True, help="print the run's workload per stage and its estimated time on --gpu, "
                         "without loading the model's weights; nothing is run")(f)
 
@@ -148,9 +162,9 @@ def _plan_options(f):
 @click.argument("probes", type=click.Path(dir_okay=False))
 @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="output JSONL")
-@click.option("--temperature", default=1.0, show_default=True, type=float, help="sampling temperature for `tempered` (0 = greedy)")
-@click.option("--top-p", default=1.0, show_default=True, type=float, help="nucleus for `tempered`")
-@click.option("--max-batch", default=None, type=int, help="rows per forward pass (default 64 CPU / 256 GPU)")
+@click.option("--temperature", default=1.0, show_default=True, type=bounded(TEMPERATURE), help="sampling temperature for `tempered` (0 = greedy)")
+@click.option("--top-p", default=1.0, show_default=True, type=bounded(TOP_P), help="nucleus for `tempered`")
+@click.option("--max-batch", default=None, type=bounded(COUNT), help="rows per forward pass (default 64 CPU / 256 GPU)")
 @click.option("--no-prefix-reuse", is_flag=True, help="do not share KV caches across probes with a common prefix")
 @click.option("--plain", is_flag=True, help="reference path: one prompt at a time, full forward")
 @click.option("--progress/--no-progress", default=None, help="progress bar (default: when stderr is a terminal)")
@@ -179,7 +193,7 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
 @_plan_options
-@_run_options(default_seed=0, profiles=tuple(GAP_PROFILES))
+@_run_options(default_seed=0, profiles=tuple(GAP_PROFILES), out_help=GAP_OUT_HELP, set_help=GAP_SET_HELP)
 def run_cmd(panel, readouts, sample, **kwargs):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
     from readouts.gap.study import GapStudy
@@ -199,7 +213,7 @@ def _parse_shard(text):
 
 @cli.command("merge")
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--shards", type=int, default=None, help="the shard count the run was split into: unfinished chunks are "
+@click.option("--shards", type=bounded(COUNT), default=None, help="the shard count the run was split into: unfinished chunks are "
               "then reported by shard index (the ones to resubmit)")
 def merge_cmd(run_dir, shards):
     """Merge the chunks of a sharded run into its tables (after every shard has finished)."""
@@ -214,9 +228,9 @@ def merge_cmd(run_dir, shards):
 @cli.command("nsi")
 @click.option("--model", "-m", required=True, help="alias, local folder or HF id (needs a chat template)")
 @click.option("--panel", "-p", default="nsi-14", show_default=True)
-@click.option("--samples", default=None, type=int, help="sampled replies per dilemma x framing (default: the profile's; paper 30)")
+@click.option("--samples", default=None, type=bounded(INDEX), help="sampled replies per dilemma x framing (default: the profile's; paper 30)")
 @_plan_options
-@_run_options(default_seed=42)
+@_run_options(default_seed=42, profiles=tuple(NSI_PROFILES), out_help=NSI_OUT_HELP, set_help=NSI_SET_HELP)
 def nsi_cmd(panel, samples, **kwargs):
     """Framing-stability audit: F0-F3 replies parsed, and P(agree) read exactly at the decision field."""
     from readouts.nsi.study import NsiStudy
@@ -229,16 +243,17 @@ def nsi_cmd(panel, samples, **kwargs):
 @cli.command("stats")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats; one run only)")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples")
-@click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
+@click.option("--seed", default=0, show_default=True, type=bounded(INDEX))
+@click.option("--n-boot", default=DEFAULT_N_BOOT, show_default=True, type=bounded(COUNT), help="bootstrap resamples")
+@click.option("--mass-floor", default=DEFAULT_MASS_FLOOR, show_default=True, type=bounded(SHARE),
+              help="minimum total letter mass (agent frame) for a scenario to enter the screen")
 @click.option("--pool", default=None, metavar="NAME",
               help="analyse the runs (pods of one model) as one union named NAME, written to --out or PARENT/NAME/stats")
 def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
     """The gap paper's analysis of each run: screen, excess, ladder, control, dose; tables and figures."""
     from stats.gap import run_report
 
-    kwargs = {} if mass_floor is None else {"mass_floor": mass_floor}
+    kwargs = {"mass_floor": mass_floor}
     if pool is not None:
         from stats.gap.tables import pool_runs
 
@@ -259,9 +274,10 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
               "dpo, final, a step like rl-200 or step-1000, or any name with --order); overrides the lineage and "
               "stage the run's manifest records")
 @click.option("--order", default=None, help="stages in plotting order, comma-separated (default: sft, dpo, by step, final)")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--n-boot", default=10_000, show_default=True, type=int)
-@click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
+@click.option("--seed", default=0, show_default=True, type=bounded(INDEX))
+@click.option("--n-boot", default=DEFAULT_N_BOOT, show_default=True, type=bounded(COUNT), help="bootstrap resamples")
+@click.option("--mass-floor", default=DEFAULT_MASS_FLOOR, show_default=True, type=bounded(SHARE),
+              help="minimum total letter mass (agent frame) for a scenario to enter the screen")
 def compare_cmd(run_dirs, out, roles, order, seed, n_boot, mass_floor):
     """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
     from stats.gap.compare_report import compare_command
@@ -274,7 +290,7 @@ def compare_cmd(run_dirs, out, roles, order, seed, n_boot, mass_floor):
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/stats for one run; required for several)")
 @click.option("--groups", default=None, type=click.Path(dir_okay=False), help="model -> group mapping (JSON, or CSV model,group)")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=bounded(INDEX))
 @click.option("--null", "null_mode", type=click.Choice(list(NSI_NULLS)), default=next(iter(NSI_NULLS)), show_default=True,
               help="the NSI's no-framing-effect null: " + "; ".join(f"{k}: {v}" for k, v in NSI_NULLS.items())
                    + ". Recorded in every table and in the headlines")
@@ -293,13 +309,13 @@ def nsi_stats_cmd(run_dirs, out, groups, seed, null_mode, params):
 
 @cli.command("nsi-export")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--n", "n_items", default=200, show_default=True, type=int, help="items to sample")
+@click.option("--n", "n_items", default=200, show_default=True, type=bounded(COUNT), help="items to sample")
 @click.option("--stratify", default="framing", show_default=True, help="column(s) to stratify by, comma-separated "
               "(e.g. framing,model across several runs)")
 @click.option("--allocation", type=click.Choice(["equal", "paper"]), default="equal", show_default=True,
               help="equal shares per stratum, or the paper's Sample A mix (negated framings oversampled)")
 @click.option("--out", "-o", default=None, help="output folder (default RUN_DIR/coding for one run; required for several)")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=bounded(INDEX))
 def nsi_export_cmd(run_dirs, n_items, stratify, allocation, out, seed):
     """A stratified sample of replies of one or several runs for human coding (Label Studio import and CSV)."""
     from pathlib import Path
@@ -322,7 +338,7 @@ def nsi_export_cmd(run_dirs, n_items, stratify, allocation, out, seed):
               help="without rater files: a second file compared with the gold file for reliability")
 @click.option("--groups", default=None, type=click.Path(dir_okay=False), help="model -> group mapping (JSON, or CSV model,group)")
 @click.option("--out", "-o", default=None, help="output folder for the tables (default RUN_DIR/coding for one run)")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=bounded(INDEX))
 def nsi_gold_cmd(run_dirs, gold, rater_a, rater_b, second, groups, out, seed):
     """Gold labels against the binary proxy: over-count, kappa, alpha, AC1, conflicts (and their permutation
     test by group), judge F1."""
@@ -349,11 +365,13 @@ def panels_validate(paths):
     from readouts.panel_tools import validate
 
     failed = False
-    for path, error, summary in validate(paths):
+    for path, error, summary, warnings in validate(paths):
         if error:
             failed = True
             click.echo(f"error: {error}", err=True)
         else:
+            for line in warnings:
+                click.echo(f"warning: {line}", err=True)
             click.echo(f"ok {path}: {summary}")
     if failed:
         sys.exit(2)
@@ -364,9 +382,9 @@ def panels_validate(paths):
 @click.argument("record_id")
 @click.option("--frame", "-f", required=True, help="agent, judge_1..4, judge_letter, raw_agent, raw_judge, control, dose_*; F0..F3 for nsi")
 @click.option("--cell", default="primary", show_default=True, type=click.Choice(CELLS))
-@click.option("--order", "order_index", type=int, default=None,
+@click.option("--order", "order_index", type=bounded(INDEX), default=None,
               help="order index as a run reads it (probes.parquet order_index; default: options as listed)")
-@click.option("--seed", type=int, default=0, show_default=True, help="the run's seed")
+@click.option("--seed", type=bounded(INDEX), default=0, show_default=True, help="the run's seed")
 @click.option("--profile", default="quick", show_default=True, type=click.Choice(list(GAP_PROFILES)),
               help="the run's profile (its order counts)")
 @click.option("--model", "-m", default=None, help="show the exact prompt this model reads (its template, BOS)")
@@ -408,9 +426,14 @@ def main(argv=None):
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:  # a bad option or value: one line, naming the command's --help
+        ctx = exc.ctx
+        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        click.echo(f"error: {exc.format_message()}{where}", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        sys.exit(exc.exit_code)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted: finished chunks are kept; give the same command again to resume", err=True)
         sys.exit(130)

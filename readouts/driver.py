@@ -357,6 +357,9 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
         rates = ", ".join(f"{k} {runner.counts[k] / max(t, 1e-9):.2f}/s ({runner.counts[k]} in {t:.1f} s)"
                           for k, t in runner.timings.items())
         result(f"wall time {wall:.1f} s for {plural(computed, 'chunk')}; rates: {rates}")
+    command = getattr(study, "stats_command", None)
+    if command:
+        result(f"next: {command} {rundir.path}   (then: readout report {rundir.path})")
     return rundir.path
 
 

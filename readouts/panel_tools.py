@@ -7,21 +7,37 @@ from collections import Counter, defaultdict
 
 from contract.names import FRAMINGS
 from panels.frames import DEFAULT_VERSION, FRAMES, render, render_polarity
-from panels.lint import report_lines
+from panels.lint import ROLE_STRICT, report_lines, restated_roles, role_line_summary
 from panels.review import review_summary
 from panels.schema import PanelError, load_panel
 
 
-def validate(paths) -> list[tuple[str, str | None]]:
-    """(path, None) for each valid panel, (path, error line) for each invalid one."""
+def validate(paths) -> list[tuple[str, str | None, str | None, list[str]]]:
+    """(path, None, summary, warnings) for each valid panel, (path, error line, None, []) for each invalid one.
+
+    Gap panels also pass the role-line lint (panels/lint.py): a context restating the frame's role line is an
+    error in a panel of record (ROLE_STRICT) and a warning elsewhere."""
     results = []
     for path in paths:
         try:
             panel = load_panel(path)
-            reviewed = f", review {panel.review} holds" if panel.review else ""
-            results.append((path, None, f"{len(panel.records)} {panel.kind} records, sha256 {panel.sha256[:12]}{reviewed}"))
         except PanelError as exc:
-            results.append((path, str(exc), None))
+            results.append((path, str(exc), None, []))
+            continue
+        reviewed = f", review {panel.review} holds" if panel.review else ""
+        summary = f"{len(panel.records)} {panel.kind} records, sha256 {panel.sha256[:12]}{reviewed}"
+        warnings = []
+        if panel.kind == "gap":
+            restated = restated_roles(panel.records)
+            line = role_line_summary(panel.records)
+            if restated and panel.name in ROLE_STRICT:
+                first = ", ".join(f"{i} {f}" for i, _, f in restated[:3])
+                results.append((path, f"{panel.path}: {line}, e.g. {first}; a panel of record must not", None, []))
+                continue
+            if restated:
+                warnings.append(f"{path}: {line}")
+            summary += f"; {line}"
+        results.append((path, None, summary, warnings))
     return results
 
 

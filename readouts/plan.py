@@ -112,7 +112,8 @@ def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
 def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str) -> list[dict]:
     """One row per stage (and a total row): the workload and the estimated seconds on the named GPU."""
     if gpu_name not in GPUS:
-        raise ReadoutError(f"--gpu: '{gpu_name}' is not one of {', '.join(GPUS)}")
+        raise ReadoutError(f"--gpu: '{gpu_name}' is not one of {', '.join(GPUS)}: --plan estimates GPUs only (no CPU "
+                           "estimate; a CPU run's summary prints its measured rates)")
     gpu = GPUS[gpu_name]
     rows = []
     for st in stages:
@@ -131,7 +132,8 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
     lines = [header,
              f"model: {_count(size.params)} parameters, {_count(size.weight_bytes, 'B')} in bf16, "
              f"{_count(size.kv_bytes_per_token, 'B')} of keys/values per token",
-             f"estimate on {gpu.name}: {gpu.bf16_flops / 1e12:.0f} TFLOP/s bf16 at {PREFILL_EFFICIENCY:.0%}, "
+             f"estimate on {gpu.name} (GPUs only: on a CPU the run takes far longer): "
+             f"{gpu.bf16_flops / 1e12:.0f} TFLOP/s bf16 at {PREFILL_EFFICIENCY:.0%}, "
              f"{gpu.bandwidth / 1e12:.2f} TB/s at {DECODE_EFFICIENCY:.0%}",
              f"{'stage':<10} {'prompts':>8} {'prompt tok':>11} {'computed':>10} {'rollouts':>9} {'gen. max':>10} "
              f"{'reads':>8} {'prefill':>8} {'decode':>8} {'re-read':>8} {'total':>8}"]

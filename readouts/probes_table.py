@@ -16,6 +16,7 @@ from typing import Iterator
 
 from contract.metadata import METADATA
 from engine.errors import ProbeInputError
+from panels.jsonl import json_problem
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 """File name endings read as tables; any other probe file is JSONL."""
@@ -48,7 +49,7 @@ def _json_cell(v, where: str, field: str):
     try:
         return json.loads(v)
     except json.JSONDecodeError as exc:
-        raise ProbeInputError(f"{where}: {field}: not valid JSON ({exc.msg} at character {exc.pos + 1} of the cell)") from None
+        raise ProbeInputError(f"{where}: {field}: not valid JSON ({json_problem(exc, 'character', exc.pos + 1)} of the cell)") from None
 
 
 def _letters_cell(v, where: str):

@@ -33,6 +33,30 @@ class Profile:
             raise ReadoutError(f"--set: chunk_size: must be >= 1, got {self.chunk_size}")
 
 
+def not_paper_note(profile: Profile, paper: Profile, fields) -> str | None:
+    """One line saying that `profile`'s `fields` are not the paper's settings, or None when they all are."""
+    diff = [f"{f} {getattr(profile, f)} (paper {getattr(paper, f)})" for f in fields
+            if getattr(profile, f) != getattr(paper, f)]
+    if not diff:
+        return None
+    shown = diff if len(diff) <= 4 else [*diff[:4], f"{len(diff) - 4} more"]
+    return (f"note: profile '{profile.name}' is not the paper's settings: " + ", ".join(shown)
+            + "; its numbers are not comparable with the paper's (use --profile paper)")
+
+
+def set_example(profile: Profile, fields) -> str:
+    """`--set` examples for a help text, built from the profile's own fields and values (so they are valid)."""
+    parts = []
+    for f in fields:
+        value = getattr(profile, f)
+        if isinstance(value, dict):
+            key = next(iter(value))
+            parts.append(f"--set {f}.{key}={value[key]}")
+        else:
+            parts.append(f"--set {f}={value}")
+    return " ".join(parts)
+
+
 def _coerce(text: str, current, where: str):
     """`text` as the type of `current` (an int field stays an int); None-valued fields take an int."""
     kind = type(current) if current is not None else int

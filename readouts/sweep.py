@@ -27,8 +27,10 @@ from typing import Callable, Mapping, Sequence
 import click
 
 from contract.names import STAGE_NAME
+from contract.options import COUNT, DEFAULT_MASS_FLOOR, DEFAULT_N_BOOT, SHARE
 from engine.errors import ReadoutError
 from readouts.gap.profile import PROFILES as GAP_PROFILES
+from readouts.options import bounded
 
 _SPEC_FIELDS = ("source", "hf_id", "revision", "family", "chat", "path", "lineage", "stage", "base_lineage")
 """The registry fields a sweep.toml entry carries over from the checkpoint's resolved spec."""
@@ -309,7 +311,7 @@ def _empty_cuda_cache() -> None:
 def sweep_command() -> click.Command:
     """The `readout sweep` command, built when readouts.cli registers it (it takes `readout run`'s options from
     there; built on demand so that importing this module alone does not import the command line)."""
-    from readouts.cli import _run_options
+    from readouts.cli import GAP_SET_HELP, NSI_SET_HELP, _run_options
 
     options = [
         click.command("sweep"),
@@ -328,9 +330,14 @@ def sweep_command() -> click.Command:
         click.option("--panel", "-p", default=None, help="shipped panel name or JSONL path (default: gap-v2 / nsi-14)"),
         click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)"),
         click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities"),
-        click.option("--n-boot", default=10_000, show_default=True, type=int, help="bootstrap resamples of the comparison"),
-        click.option("--mass-floor", default=None, type=float, help="the comparison's minimum total letter mass"),
-        _run_options(default_seed=None, profiles=tuple(GAP_PROFILES)),  # seed None: the study's (gap 0, nsi 42)
+        click.option("--n-boot", default=DEFAULT_N_BOOT, show_default=True, type=bounded(COUNT),
+                     help="bootstrap resamples of the comparison"),
+        click.option("--mass-floor", default=DEFAULT_MASS_FLOOR, show_default=True, type=bounded(SHARE),
+                     help="the comparison's minimum total letter mass"),
+        # seed None: the study's (gap 0, nsi 42)
+        _run_options(default_seed=None, profiles=tuple(GAP_PROFILES),
+                     out_help="the sweep's folder (required): runs/<checkpoint>/, sweep.toml, sweep.json and compare/ go there",
+                     set_help=f"{GAP_SET_HELP.removesuffix(' (recorded)')}; with --study nsi: {NSI_SET_HELP.partition('e.g. ')[2]}"),
     ]
     f = sweep_cmd
     for decorate in reversed(options):

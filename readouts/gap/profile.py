@@ -76,6 +76,17 @@ PROFILES = {
 }
 
 
+PAPER_FIELDS = ("max_units", "orders", "j_samples", "j_budget", "temperature", "top_p", "dose_samples", "dose_budget",
+                "dose_brief_budget", "paraphrase", "rider_budget", "rider_rollouts")
+"""The settings of the paper profile a run's numbers depend on (chunk_size and the frames version do not change
+what is read at the paper's settings: paper-gpu is the paper in larger chunks)."""
+
+
+def run_name(profile: str, seed, sample: bool = False) -> str:
+    """The run directory's last part (under runs/<model>/<panel>/) for a profile and seed."""
+    return f"{profile}-seed{seed}{'-sample' if sample else ''}"
+
+
 def rollouts(spec: ReadoutSpec, profile: GapProfile) -> int:
     """Rollouts per prompt of an anchor readout: the greedy one plus the sampled ones, or the spec's own
     total (`rollouts`); a derived readout has as many as the readout it re-reads."""

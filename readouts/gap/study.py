@@ -14,8 +14,9 @@ from contract.tables import PROBES, SCENARIOS
 from engine.errors import ReadoutError
 from engine.render import encode_prompt
 from panels.frames import render
-from readouts.gap.profile import PROFILES, cells_read
+from readouts.gap.profile import PAPER_FIELDS, PROFILES, cells_read, run_name
 from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, prompt_of, reads_per_scenario
+from readouts.profiles import not_paper_note
 
 
 def parse_readouts(spec: str | None, chat: bool) -> tuple[str, ...]:
@@ -50,19 +51,24 @@ class GapStudy:
     groups: tuple[str, ...] = ()
     """The groups read (set by `prepare` from `readouts` and the model)."""
     panel_name: str = ""
+    profile: object = None
+    """The resolved profile of the run (set by `prepare`), for the summary's settings note."""
+    stats_command: str = "readout stats"
+    """What reads the run next (the summary's last line names it)."""
 
     @property
     def profiles(self):
         return PROFILES
 
     def run_name(self, profile, seed: int) -> str:
-        return f"{profile.name}-seed{seed}{'-sample' if self.sample else ''}"
+        return run_name(profile.name, seed, self.sample)
 
     def stratum(self, record) -> str:
         return record.family
 
     def prepare(self, lm, panel, records, profile) -> dict:
         self.panel_name = panel.name
+        self.profile = profile
         self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
         letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
         return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
@@ -95,7 +101,8 @@ class GapStudy:
                          options.model.model, progress=bar, token_budget=options.model.token_budget)
 
     def summary(self, tables) -> list[str]:
-        return summary_lines(tables[1])
+        note = not_paper_note(self.profile, PROFILES["paper"], PAPER_FIELDS) if self.profile is not None else None
+        return ([note] if note else []) + summary_lines(tables[1])
 
 
 def summary_lines(df: pd.DataFrame) -> list[str]:
@@ -108,13 +115,15 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
     m = d[key + ["p_violating"]].merge(j[key + ["p_violating"]], on=key, suffixes=("_D", "_J"))
     m["g"] = m.p_violating_D - m.p_violating_J
     wide = m.pivot_table(index=["scenario_id", "family"], columns="cell", values=["p_violating_D", "p_violating_J", "g"])
-    lines = ["family  n    p_D    p_J    p_D(twin) p_J(twin) g      g(twin) E(raw, unscreened)"]
-    groups = list(wide.groupby(level="family")) + [("all", wide)]
-    for fam, w in groups:
-        e = (w[("g", "primary")] - w[("g", "twin")]).mean()
-        vals = [w[(c, cell)].mean() for c, cell in [("p_violating_D", "primary"), ("p_violating_J", "primary"),
-                                                    ("p_violating_D", "twin"), ("p_violating_J", "twin"),
-                                                    ("g", "primary"), ("g", "twin")]]
-        fmt = lambda x: "  nan " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:6.3f}"  # noqa: E731
-        lines.append(f"{fam:<7} {len(w):<4} " + " ".join(fmt(v) for v in vals) + f"  {fmt(e)}")
-    return lines
+    columns = {"p_D": ("p_violating_D", "primary"), "p_J": ("p_violating_J", "primary"),
+               "p_D(twin)": ("p_violating_D", "twin"), "p_J(twin)": ("p_violating_J", "twin"),
+               "g": ("g", "primary"), "g(twin)": ("g", "twin")}
+    rows = []
+    for fam, w in list(wide.groupby(level="family")) + [("all", wide)]:
+        row = {"family": fam, "n": len(w)}
+        row.update({name: w[col].mean() if col in w.columns else math.nan for name, col in columns.items()})
+        paired = ("g", "primary") in w.columns and ("g", "twin") in w.columns
+        row["E(raw, unscreened)"] = (w[("g", "primary")] - w[("g", "twin")]).mean() if paired else math.nan
+        rows.append(row)
+    table = pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="nan")
+    return table.splitlines()

@@ -33,6 +33,8 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
+from panels.jsonl import json_problem
+
 DECISIONS = ("agree", "disagree")
 NUMERIC_FIELDS = (  # contract: the reply schema of the paper (C.2)
     "confidence",
@@ -168,7 +170,7 @@ def _loads(candidate: str):
         try:
             return json.loads(text, strict=False), None
         except json.JSONDecodeError as exc:  # noqa: PERF203 - a handful of attempts
-            first_error = first_error or f"invalid JSON ({exc.msg} at char {exc.pos})"
+            first_error = first_error or f"invalid JSON ({json_problem(exc, 'char', exc.pos)})"
     return None, first_error
 
 

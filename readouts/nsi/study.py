@@ -21,7 +21,7 @@ from engine.sampling import derive_seed
 from engine.scoring import score_ids
 from panels.frames import render_polarity
 from readouts.nsi.parse import endorsement, parse_reply
-from readouts.profiles import Profile
+from readouts.nsi.profile import PROFILES, NsiProfile, run_name, settings_note  # noqa: F401 - re-exported
 
 DECISION_PREFIX = '{"decision": "'
 DECISION_WORDS = ("agree", "disagree")
@@ -47,46 +47,6 @@ def decision_words(tokenizer) -> LetterTokens:
 def _share(agree: float, disagree: float) -> float:
     """P(agree) against disagree, NaN when neither word has mass."""
     return agree / (agree + disagree) if agree + disagree > 0 else float("nan")
-
-
-@dataclass(frozen=True, kw_only=True)
-class NsiProfile(Profile):
-    """Sampling settings of an NSI run (negation paper, Appendix C.3)."""
-
-    samples: int
-    """Sampled replies per dilemma x framing at `temperature` (plus one greedy reply)."""
-    budget: int
-    """New-token budget per reply."""
-    temperature: float = 0.7
-    top_p: float = 0.95
-
-    def check(self) -> None:
-        super().check()
-        if self.samples < 0:
-            raise ReadoutError(f"--samples: must be >= 0, got {self.samples}")
-
-
-PROFILES = {
-    "paper": NsiProfile(name="paper", chunk_size=2, samples=30, budget=4096),
-    # Sized for two CPU cores: enough budget for a short JSON object (~80-100 tokens), few samples. One
-    # chunk of 2 dilemmas x 4 framings x (1 + 4) rollouts decodes as a single batch of 40 rows.
-    "quick": NsiProfile(name="quick", chunk_size=2, samples=4, budget=96),
-}
-
-
-PAPER_FIELDS = ("samples", "budget", "temperature", "top_p")
-"""The decoding settings of Appendix C.3 that the `paper` profile holds."""
-
-
-def settings_note(profile: NsiProfile) -> str | None:
-    """A line saying that a run's decoding settings are not the paper's, or None when they are."""
-    paper = PROFILES["paper"]
-    diff = [f"{f} {getattr(profile, f)} (paper {getattr(paper, f)})" for f in PAPER_FIELDS
-            if getattr(profile, f) != getattr(paper, f)]
-    if not diff:
-        return None
-    return (f"note: profile '{profile.name}' is not the paper's settings: " + ", ".join(diff)
-            + "; its numbers are not comparable with the paper's (use --profile paper)")
 
 
 class NsiRunner:
@@ -165,13 +125,15 @@ class NsiStudy:
     """The tokens read for "agree" and "disagree" (`decision_words`, set by `prepare`)."""
     profile: object = None
     """The resolved profile of the run (set by `prepare`), for the summary's settings note."""
+    stats_command: str = "readout nsi-stats"
+    """What reads the run next (the summary's last line names it)."""
 
     @property
     def profiles(self):
         return PROFILES
 
     def run_name(self, profile, seed: int) -> str:
-        return f"nsi-{profile.name}-seed{seed}"
+        return run_name(profile.name, seed)
 
     def stratum(self, record) -> str:
         return record.domain

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import click
 
+from contract.options import INDEX
 from engine.errors import ReadoutError
 from readouts.atomic import atomic_write_bytes
+from readouts.options import bounded
 from readouts.report.gather import DEFAULT_ITEMS, gather
 from readouts.report.render import page
 
@@ -32,6 +34,8 @@ def write_report(paths, out: str | Path | None = None, max_items: int = DEFAULT_
     report = gather(paths, max_items=max_items)
     atomic_write_bytes(target, page(report).encode("utf-8"))
     lines = [f"warning: {s.path}: {n}" for s in report.sections for n in s.notes]
+    lines += [f"warning: {s.path}: {t.name}: not a readable CSV table ({t.error})" for s in report.sections
+              for t in s.tables if t.error]
     figures = sum(len(s.figures) for s in report.sections)
     items = sum(len(s.items) for s in report.sections)
     lines.append(f"wrote {target} ({len(report.sections)} sections, {figures} figures, {items} drill-down items)")
@@ -42,7 +46,7 @@ def write_report(paths, out: str | Path | None = None, max_items: int = DEFAULT_
 @click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", "-o", default=None, type=click.Path(dir_okay=False),
               help="HTML file to write (default FOLDER/report.html; required for several folders)")
-@click.option("--items", "max_items", default=DEFAULT_ITEMS, show_default=True, type=int,
+@click.option("--items", "max_items", default=DEFAULT_ITEMS, show_default=True, type=bounded(INDEX),
               help="scenarios (dilemmas) per run in the drill-down")
 def report_cmd(paths, out, max_items):
     """One self-contained HTML page over gap runs, NSI runs and comparison folders: figures, tables, the

@@ -18,7 +18,9 @@ import pandas as pd
 
 from contract.tables import NSI_REPLIES, PROBES
 from engine.errors import ReadoutError
+from readouts.report.card import Card, gap_card, group_warnings, nsi_card
 from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, scenario_views
+from stats.core.manifest import settings_note
 
 #: Markdown reports the stats commands write, in the order one is looked for in a folder.
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
@@ -44,6 +46,12 @@ class TableData:
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     total_rows: int
+    error: str | None = None
+    """Why the file could not be read (the page shows this line in the table's place), or None."""
+
+
+#: What reading one part of a report (a table, a figure, a markdown file, a folder) may raise on bad files.
+PART_ERRORS = (ReadoutError, OSError, UnicodeDecodeError, ValueError)
 
 
 @dataclass
@@ -65,6 +73,10 @@ class Section:
     tables: list[TableData] = field(default_factory=list)
     items: list[ScenarioView | DilemmaView] = field(default_factory=list)
     items_total: int = 0
+    card: Card | None = None
+    """The headline card (readouts/report/card.py), or None when the stats were not written."""
+    warnings: list[tuple[str, int]] = field(default_factory=list)
+    """The stats headline's warnings, one per kind: (first line, how many lines of that kind)."""
 
 
 @dataclass
@@ -96,16 +108,37 @@ def _captions(markdown: str | None) -> dict[str, str]:
     return out
 
 
+def _problem(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def read_table_part(path: Path) -> TableData:
+    """A CSV table, or a TableData whose `error` says in one line why it cannot be read (the rest still renders)."""
+    try:
+        return read_csv_table(path)
+    except PART_ERRORS as exc:
+        reason, prefix = _problem(exc), f"{path}: not a readable CSV table ("
+        return TableData(path.name, (), (), 0, error=reason[len(prefix):-1] if reason.startswith(prefix) else reason)
+
+
 def read_results(folder: Path, section: Section) -> None:
-    """A stats or comparison folder's markdown report, figures (PNG) and tables (CSV) into `section`."""
+    """A stats or comparison folder's markdown report, figures (PNG) and tables (CSV) into `section`. A part that
+    cannot be read becomes a one-line note; every other part is still read."""
     md = next((folder / n for n in REPORT_FILES if (folder / n).is_file()), None)
     if md is not None:
-        section.markdown, section.markdown_name = md.read_text(encoding="utf-8"), md.name
+        try:
+            section.markdown, section.markdown_name = md.read_text(encoding="utf-8"), md.name
+        except PART_ERRORS as exc:
+            section.notes.append(f"{md}: not readable ({_problem(exc)}); the rest of this section is shown")
     captions = _captions(section.markdown)
     listed = list(captions)  # the report's own order (by figure number), then any other figure by name
     pngs = sorted(folder.glob("*.png"), key=lambda p: (listed.index(p.name) if p.name in listed else len(listed), p.name))
-    section.figures = [Figure(p.name, captions.get(p.name, ""), p.read_bytes()) for p in pngs]
-    section.tables = [read_csv_table(p) for p in sorted(folder.glob("*.csv"))]
+    for p in pngs:
+        try:
+            section.figures.append(Figure(p.name, captions.get(p.name, ""), p.read_bytes()))
+        except PART_ERRORS as exc:
+            section.notes.append(f"{p}: not readable ({_problem(exc)})")
+    section.tables = [read_table_part(p) for p in sorted(folder.glob("*.csv"))]
 
 
 def _facts(manifest: dict) -> list[tuple[str, str]]:
@@ -120,6 +153,35 @@ def _facts(manifest: dict) -> list[tuple[str, str]]:
     return [(k, str(v)) for k, v in facts if v is not None]
 
 
+WARNING_PREFIXES = ("warning:", "skipped:", "note:")
+
+
+def headline_lines(stats: Path, section: Section) -> list[str]:
+    """The stats command's headline lines: gap report.md's Headline bullets, NSI headlines.txt."""
+    if section.kind == "nsi":
+        path = stats / "headlines.txt"
+        return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    m = re.search(r"^## Headline\n(.*?)(?=^## )", section.markdown or "", re.MULTILINE | re.DOTALL)
+    return [BULLET_LINE.sub("", line) for line in (m.group(1) if m else "").splitlines() if BULLET_LINE.match(line)]
+
+
+BULLET_LINE = re.compile(r"^\s*-\s+")
+
+
+def headline_part(stats: Path, section: Section, label: str) -> None:
+    """The card and the grouped warnings of a run whose stats were written; a part that cannot be read is a note."""
+    try:
+        note = settings_note(section.manifest or {})
+        make = gap_card if section.kind == "gap" else nsi_card
+        section.card = make(stats, section.title.removeprefix(label + ": "), note)
+        lines = headline_lines(stats, section)
+        warn = [line for line in lines if line.startswith(WARNING_PREFIXES)
+                or (section.kind == "nsi" and ("undefined" in line or "left out" in line) and "continuous NSI" not in line)]
+        section.warnings = group_warnings([line for line in warn if line != note])
+    except PART_ERRORS as exc:
+        section.notes.append(f"{stats}: the headline card cannot be made ({_problem(exc)}); the rest is shown")
+
+
 def run_section(path: Path, max_items: int) -> Section:
     """A gap or NSI run directory: manifest, its stats folder (if written) and the drill-down."""
     run = open_run(path)
@@ -132,11 +194,15 @@ def run_section(path: Path, max_items: int) -> Section:
     stats = path / "stats"
     if stats.is_dir() and any(stats.iterdir()):
         read_results(stats, section)
+        headline_part(stats, section, label)
     else:
         section.notes.append(f"no stats folder: run `{STATS_COMMAND[run.kind]} {path}` first for the figures and tables "
                              "(this section shows the manifest and the drill-down only)")
     ids = run.ids[:max_items]
-    section.items = scenario_views(run, ids) if run.kind == "gap" else dilemma_views(run, ids)
+    try:
+        section.items = scenario_views(run, ids) if run.kind == "gap" else dilemma_views(run, ids)
+    except PART_ERRORS as exc:
+        section.notes.append(f"{path}: the drill-down cannot be read ({_problem(exc)}); the rest of this section is shown")
     section.items_total = len(run.ids)
     return section
 
@@ -153,12 +219,23 @@ def results_section(path: Path) -> Section:
     return section
 
 
+def folder_section(p: Path, max_items: int) -> Section:
+    if not p.is_dir():
+        raise ReadoutError(f"{p}: not a folder (give run directories or results folders)")
+    is_run = (p / PROBES.file).is_file() or (p / NSI_REPLIES.file).is_file()
+    return run_section(p, max_items) if is_run else results_section(p)
+
+
 def gather(paths, max_items: int = DEFAULT_ITEMS) -> Report:
-    """The report's data: one section per folder, in the order given."""
-    sections = []
+    """The report's data: one section per folder, in the order given. A folder that cannot be read at all becomes
+    a section holding one note (the others still render); ReadoutError when no folder can be read."""
+    sections, errors = [], []
     for p in map(Path, paths):
-        if not p.is_dir():
-            raise ReadoutError(f"{p}: not a folder (give run directories or results folders)")
-        is_run = (p / PROBES.file).is_file() or (p / NSI_REPLIES.file).is_file()
-        sections.append(run_section(p, max_items) if is_run else results_section(p))
+        try:
+            sections.append(folder_section(p, max_items))
+        except PART_ERRORS as exc:
+            errors.append(exc)
+            sections.append(Section("unreadable", f"Not readable: {p}", str(p), notes=[_problem(exc)]))
+    if len(errors) == len(sections):
+        raise errors[0] if isinstance(errors[0], ReadoutError) else ReadoutError(f"{paths[0]}: {_problem(errors[0])}")
     return Report(sections, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

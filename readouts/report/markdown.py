@@ -6,6 +6,7 @@ is escaped before the inline marks are turned into tags.
 
 from __future__ import annotations
 
+import base64
 import re
 from html import escape
 
@@ -27,8 +28,12 @@ def _is_rule(line: str) -> bool:
     return bool(re.fullmatch(r"\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?", line.strip()))
 
 
-def to_html(text: str, shift: int = 2) -> str:
-    """HTML of `text`; headings go `shift` levels down (a report's `#` title sits under the page's own headings)."""
+IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)\s]+)\)\s*$")
+
+
+def to_html(text: str, shift: int = 2, images: dict[str, bytes] | None = None) -> str:
+    """HTML of `text`; headings go `shift` levels down (a report's `#` title sits under the page's own headings).
+    An image line `![alt](file.png)` embeds `images[file.png]` (a PNG beside the report); one not given is a note."""
     lines = text.splitlines()
     html, para, i = [], [], 0
 
@@ -40,7 +45,14 @@ def to_html(text: str, shift: int = 2) -> str:
     while i < len(lines):
         line = lines[i]
         heading = re.match(r"^(#{1,6})\s+(.*)$", line)
-        if heading:
+        image = IMAGE.match(line.strip())
+        if image:
+            flush()
+            png = (images or {}).get(image.group(2))
+            html.append(f'<figure><img alt="{escape(image.group(1))}" src="data:image/png;base64,'
+                        f'{base64.b64encode(png).decode()}"><figcaption>{escape(image.group(2))}</figcaption></figure>'
+                        if png is not None else f'<p class="note">figure {escape(image.group(2))} is not in the folder</p>')
+        elif heading:
             flush()
             level = min(6, len(heading.group(1)) + shift)
             html.append(f"<h{level}>{inline(heading.group(2))}</h{level}>")
@@ -51,7 +63,8 @@ def to_html(text: str, shift: int = 2) -> str:
             while i < len(lines) and lines[i].lstrip().startswith("|"):
                 body.append("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in _cells(lines[i])) + "</tr>")
                 i += 1
-            html.append(f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+            html.append(f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead>'
+                        f'<tbody>{"".join(body)}</tbody></table></div>')
             continue
         elif BULLET.match(line):
             flush()

@@ -9,6 +9,7 @@ import json
 import math
 from html import escape
 
+from readouts.report.card import Card
 from readouts.report.gather import Figure, Report, Section, TableData
 from readouts.report.markdown import to_html
 from readouts.show import DilemmaView, ProbeView, PromptView, ScenarioView, fmt, fmt_mass, plural
@@ -28,9 +29,10 @@ h4,h5,h6{font-size:14px;margin:16px 0 6px}
 .path{font-family:ui-monospace,Menlo,monospace;font-size:12px;color:#555}
 .note{background:#fff6d6;border-left:4px solid #e0a800;padding:6px 10px;margin:8px 0}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}dl.facts dt{color:#555}dl.facts dd{margin:0}
-.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:14px;align-items:start}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(440px,100%),1fr));gap:14px;align-items:start}
 figure{margin:0;border:1px solid #e3e3e3;border-radius:4px;padding:6px;background:#fff}
-figure img{width:100%;height:auto;display:block}figure.wide{grid-column:1/-1}figcaption{font-size:12px;color:#444;margin-top:4px}
+figure img{width:100%;height:auto;max-height:560px;object-fit:contain;display:block}
+figure.wide{grid-column:1/-1}figcaption{font-size:12px;color:#444;margin-top:4px}
 table.data{border-collapse:collapse;font-size:12px;margin:6px 0;display:block;overflow-x:auto;max-width:100%}
 table.data th,table.data td{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top;white-space:nowrap}
 table.data th{background:#eef1f3;position:sticky;top:0}table.data td.text{white-space:normal;min-width:260px}
@@ -43,6 +45,13 @@ font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;max-height:480px;overflow:au
 .bar{display:inline-flex;width:120px;height:10px;background:#eceff1;vertical-align:middle;margin-right:6px}
 .bar span{display:block;height:100%;background:#90a4ae;border-right:1px solid #fff}.bar span.v{background:#d32f2f}
 code{background:#f1f1f1;padding:0 3px;border-radius:3px}
+.card{border:2px solid #263238;border-radius:8px;padding:12px 16px;margin:12px 0;background:#f5f8fa}
+.card-title{font-size:13px;color:#455a64}.estimate{font-size:22px;font-weight:700;margin:4px 0 8px}
+.card .meaning{font-size:15px;margin:8px 0 0}.count{color:#777;font-size:12px}
+details.warnings{background:#fffaf0;border:1px solid #f0d9a8;border-radius:4px;padding:4px 10px}
+details.warnings ul{margin:4px 0;padding-left:18px}
+.scroll{overflow:auto;max-width:100%;max-height:520px;border:1px solid #eee;margin:4px 0 10px}.scroll table.data{margin:0}
+.orders td{font-size:12px}
 """
 
 
@@ -57,34 +66,53 @@ def page(report: Report) -> str:
 
 
 def section_html(s: Section, sid: str) -> str:
+    """The answer first: the headline card and the grouped warnings, then figures, tables, the statistics report,
+    the run's facts and manifest, and the drill-down."""
     parts = [f'<section class="run" id="{sid}" data-kind="{e(s.kind)}"><h2>{e(s.title)}</h2>',
              f'<div class="path">{e(s.path)}</div>']
-    if s.facts:
-        parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in s.facts) + "</dl>")
+    if s.card is not None:
+        parts.append(card_html(s.card))
     parts += [f'<div class="note">{e(n)}</div>' for n in s.notes]
+    if s.warnings:
+        items = "".join(f"<li>{e(line)}{f' <span class=count>({n} lines of this kind)</span>' if n > 1 else ''}</li>"
+                        for line, n in s.warnings)
+        parts.append(f'<details class="warnings" open><summary>{len(s.warnings)} kinds of warnings and notes'
+                     f"</summary><ul>{items}</ul></details>")
     parts.append(local_nav(s, sid))
     if s.figures:
         figures = "".join(figure_html(f) for f in s.figures)
         parts.append(f'<h3 id="{sid}-figures">Figures</h3><div class="figs">{figures}</div>')
-    if s.markdown is not None:
-        parts.append(f'<h3 id="{sid}-report">Statistics report <span class="path">{e(s.markdown_name)}</span></h3>'
-                     f'<div class="md">{to_html(s.markdown)}</div>')
     if s.tables:
         parts.append(f'<h3 id="{sid}-tables">Tables</h3>' + "".join(table_html(t) for t in s.tables))
-    if s.manifest:
-        parts.append(f'<h3 id="{sid}-manifest">Manifest</h3><details><summary>manifest.json</summary>'
-                     f"<pre>{e(json.dumps(s.manifest, indent=2, sort_keys=True, default=str))}</pre></details>")
+    if s.markdown is not None:
+        images = {f.name: f.png for f in s.figures}
+        parts.append(f'<h3 id="{sid}-report">Statistics report <span class="path">{e(s.markdown_name)}</span></h3>'
+                     f'<details class="md"><summary>the full report as the stats command wrote it</summary>'
+                     f"{to_html(s.markdown, images=images)}</details>")
+    if s.facts or s.manifest:
+        facts = ('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in s.facts) + "</dl>"
+                 if s.facts else "")
+        manifest = (f"<details><summary>manifest.json</summary>"
+                    f"<pre>{e(json.dumps(s.manifest, indent=2, sort_keys=True, default=str))}</pre></details>"
+                    if s.manifest else "")
+        parts.append(f'<h3 id="{sid}-manifest">Run facts</h3>{facts}{manifest}')
     if s.items:
         what = "scenarios" if s.kind == "gap" else "dilemmas"
         shown = (f"all {s.items_total} {what}" if len(s.items) == s.items_total else
                  f"the first {len(s.items)} of {s.items_total} {what} (<code>readout report --items N</code> shows more; "
                  f"<code>readout show {e(s.path)} ID</code> prints any one)")
-        body = ("every prompt, rollout, read rule and letter mass" if s.kind == "gap" else
-                "per framing, the continuous reading and every reply")
+        body = ("each distinct prompt once, its option orders and rollouts as rows, with read rules and letter masses"
+                if s.kind == "gap" else "per framing, the continuous reading and every reply")
         parts.append(f'<h3 id="{sid}-items">Per {what[:-1]}</h3><p>Drill-down over {shown}: {body}.</p>')
         parts += [item_html(v, f"{sid}-i{k}") for k, v in enumerate(s.items, 1)]
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def card_html(c: Card) -> str:
+    facts = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in c.facts)
+    return (f'<div class="card"><div class="card-title">{e(c.title)}</div><div class="estimate">{e(c.estimate)}</div>'
+            f'<dl class="facts">{facts}</dl>' + (f'<p class="meaning">{e(c.meaning)}</p>' if c.meaning else "") + "</div>")
 
 
 def png_size(png: bytes) -> tuple[int, int] | None:
@@ -105,18 +133,22 @@ def figure_html(f: Figure) -> str:
 
 def local_nav(s: Section, sid: str) -> str:
     """Links to the section's parts that are there (the drill-down sits below long tables)."""
-    parts = [("figures", "Figures", s.figures), ("report", "Statistics report", s.markdown is not None),
-             ("tables", "Tables", s.tables), ("manifest", "Manifest", s.manifest), ("items", "Drill-down", s.items)]
+    parts = [("figures", "Figures", s.figures), ("tables", "Tables", s.tables),
+             ("report", "Statistics report", s.markdown is not None), ("manifest", "Run facts", s.facts or s.manifest),
+             ("items", "Drill-down", s.items)]
     links = " · ".join(f'<a href="#{sid}-{key}">{label}</a>' for key, label, there in parts if there)
     return f'<p class="local">{links}</p>' if links else ""
 
 
 def table_html(t: TableData) -> str:
+    if t.error is not None:
+        return f'<div class="note unreadable">{e(t.name)}: not a readable CSV table ({e(t.error)})</div>'
     more = f" (first {len(t.rows)} of {t.total_rows} rows)" if t.total_rows > len(t.rows) else f" ({t.total_rows} rows)"
     head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
     rows = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in r) + "</tr>" for r in t.rows)
     return (f'<details class="table"><summary>{e(t.name)}{e(more)}</summary>'
-            f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></details>')
+            f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+            "</details>")
 
 
 def item_html(v: ScenarioView | DilemmaView, iid: str) -> str:
@@ -134,23 +166,36 @@ def masses_html(p: ProbeView) -> str:
     return f'<span class="bar">{bar}</span>{chips}{drawn}'
 
 
-def prompt_html(pr: PromptView) -> str:
-    order = " ".join(f"{letter}={opt}" for letter, opt in pr.options)
+def prompt_html(prs: list[PromptView]) -> str:
+    """One distinct prompt, shown once, with every option order and rollout that read it as rows."""
+    pr = prs[0]
     text = (f"<details><summary>prompt ({len(pr.prompt_text)} characters)</summary><pre>{e(pr.prompt_text)}</pre></details>"
             if pr.prompt_text is not None else
             '<div class="note">prompt not stored: this run predates probes.parquet\'s prompt_text '
             "(`readout panels show` renders it)</div>")
     rows = []
-    for p in pr.probes:
-        gen = (f"<details><summary>{e(p.generated_tokens)} tokens</summary><pre>{e(p.generated_text)}</pre></details>"
-               if p.generated_text is not None else "")
-        rows.append(f"<tr><td>{p.rollout}</td><td>{e(p.anchor_rule or 'first token')}</td><td>{masses_html(p)}</td>"
-                    f"<td>{e(fmt_mass(p.letter_mass))}</td><td>{e(p.top_letter)}</td><td>{e(fmt(p.p_violating))}</td>"
-                    f'<td class="text">{gen}</td></tr>')
-    return (f'<div class="prompt"><div class="order"><strong>{e(pr.frame)}</strong>, order {pr.order_index}: {e(order)}'
-            f"</div>{text}<table class=\"data\"><thead><tr><th>rollout</th><th>read rule</th><th>letter masses "
-            "(violating in red)</th><th>letter mass</th><th>top</th><th>p_violating</th><th>generated text</th></tr>"
-            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
+    for view in prs:
+        order = " ".join(f"{letter}={opt}" for letter, opt in view.options)
+        for p in view.probes:
+            gen = (f"<details><summary>{e(p.generated_tokens)} tokens</summary><pre>{e(p.generated_text)}</pre></details>"
+                   if p.generated_text is not None else "")
+            rows.append(f"<tr><td>{view.order_index}</td><td>{e(order)}</td><td>{p.rollout}</td>"
+                        f"<td>{e(p.anchor_rule or 'first token')}</td><td>{masses_html(p)}</td>"
+                        f"<td>{e(fmt_mass(p.letter_mass))}</td><td>{e(p.top_letter)}</td><td>{e(fmt(p.p_violating))}</td>"
+                        f'<td class="text">{gen}</td></tr>')
+    frames = ", ".join(dict.fromkeys(v.frame for v in prs))
+    return (f'<div class="prompt"><div class="order"><strong>{e(frames)}</strong>: {plural(len(prs), "option order")}'
+            f"</div>{text}<div class=\"scroll\"><table class=\"data orders\"><thead><tr><th>order</th><th>letters</th>"
+            "<th>rollout</th><th>read rule</th><th>letter masses (violating in red)</th><th>letter mass</th><th>top</th>"
+            f"<th>p_violating</th><th>generated text</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div></div>")
+
+
+def distinct_prompts(prs: list[PromptView]) -> list[list[PromptView]]:
+    """The prompt views grouped by prompt text (in first-seen order); a view without stored text stands alone."""
+    groups: dict = {}
+    for k, pr in enumerate(prs):
+        groups.setdefault(pr.prompt_text if pr.prompt_text is not None else ("", k), []).append(pr)
+    return list(groups.values())
 
 
 def scenario_html(v: ScenarioView, iid: str) -> str:
@@ -163,8 +208,9 @@ def scenario_html(v: ScenarioView, iid: str) -> str:
     for pr in v.prompts:
         groups.setdefault((pr.cell, pr.readout), []).append(pr)
     blocks = "".join(
-        f'<details class="group"><summary>{e(cell)} / {e(readout)}: {plural(len(prs), "prompt")}, '
-        f"{plural(sum(len(p.probes) for p in prs), 'read')}</summary>{''.join(prompt_html(p) for p in prs)}</details>"
+        f'<details class="group"><summary>{e(cell)} / {e(readout)}: {plural(len(distinct_prompts(prs)), "distinct prompt")}'
+        f", {plural(len(prs), 'option order')}, {plural(sum(len(p.probes) for p in prs), 'read')}</summary>"
+        f"{''.join(prompt_html(g) for g in distinct_prompts(prs))}</details>"
         for (cell, readout), prs in groups.items())
     return (f'<details class="item" id="{iid}"><summary>{e(v.scenario_id)} <span class="path">{e(facts)}</span></summary>'
             '<table class="data"><thead><tr><th>cell</th><th>readout</th><th>frame</th><th>p_violating</th>'

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contract.options import PAPER_PROFILES
 from stats.core.errors import RunDirError
 
 MANIFEST = "manifest.json"
@@ -33,3 +34,22 @@ def read_run_manifest(run_dir: str | Path, kind: str) -> tuple[dict, list[str]]:
         raise RunDirError(f"{path}: complete: the run has not finished ({done} of {total} chunks); give the same "
                           "command again, or `readout merge` after sharded jobs")
     return manifest, []
+
+
+def settings_note(manifest) -> str | None:
+    """One line saying that a run was not read at the paper's settings (a profile other than the paper's, profile
+    overrides, --limit), so its numbers are not comparable with the paper's; None when it was (or is not known)."""
+    profile = manifest.get("profile") if isinstance(manifest, dict) else None
+    name = profile.get("name") if isinstance(profile, dict) else profile
+    if name is None:
+        return None
+    why = [] if name in PAPER_PROFILES else [f"profile '{name}'"]
+    overrides = manifest.get("overrides") or {}
+    if overrides:
+        why.append("--set " + ", ".join(f"{k}={v}" for k, v in overrides.items()))
+    if manifest.get("limit"):
+        why.append(f"--limit {manifest['limit']}")
+    if not why:
+        return None
+    return (f"note: not the paper's settings ({'; '.join(why)}): these numbers are not comparable with the paper's "
+            "(rerun with --profile paper)")

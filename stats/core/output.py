@@ -35,7 +35,10 @@ def rows_frame(rows: Iterable, cls=None, **extra) -> pd.DataFrame:
 
 
 def write_csv(df: pd.DataFrame, path: Path, float_format: str | None = GAP_FLOAT_FORMAT) -> Path:
-    """One table as CSV without the index; `float_format` None writes floats at full precision."""
+    """One table as CSV without the index; `float_format` None writes floats at full precision. An empty table is
+    still a table: it must come with its columns (a header line), never as a file without one."""
+    if len(df.columns) == 0:
+        raise ValueError(f"{path.name}: a table without columns; build the empty frame with its columns")
     df.to_csv(path, index=False, float_format=float_format)
     return path
 
@@ -48,6 +51,13 @@ def cell(e: Estimate | None, digits: int = 3, n: bool = True) -> str:
         return f"n/a ({e.n})" if n else "n/a"
     body = f"{e.value:.{digits}f}" if e.low is None else f"{e.value:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
     return f"{body} ({e.n})" if n else body
+
+
+def ci_text(low, high, spec: str = ".2f") -> str:
+    """'[0.66, 0.73]'; '[no CI]' when either end is missing or NaN (as Estimate.fmt writes it)."""
+    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+        return "[no CI]"
+    return f"[{low:{spec}}, {high:{spec}}]"
 
 
 def num(x, digits: int = 3) -> str:

@@ -48,22 +48,20 @@ def _point(ax, x, e: Estimate | None, horizontal=False, **kw):
 
 
 def _bars(ax, items: Sequence[tuple[str, Estimate | None, str]], title: str, ylabel: str):
-    """Bars with CIs; a missing estimate leaves an empty slot labelled 'not run'."""
-    for i, (_label, e, color) in enumerate(items):
-        if _ok(e):
-            ax.bar(i, e.value, color=color, width=0.65, yerr=_yerr(e), capsize=4, ecolor="black", alpha=0.9)
-            top = e.high if e.high is not None else e.value
-            ax.annotate(f"{e.value:.3f}", (i, max(top, 0)), textcoords="offset points", xytext=(0, 3),
-                        ha="center", fontsize=8)
-        else:
-            ax.text(i, 0.5, "not run" if e is None else "no\nscenarios", ha="center", va="center", fontsize=9,
-                    color="gray", transform=ax.get_xaxis_transform())
-    ax.set_xlim(-0.6, len(items) - 0.4)
-    ax.set_xticks(range(len(items)))
-    ax.set_xticklabels([f"{label}\n(n={e.n})" if e is not None else f"{label}\n(n=0)" for label, e, _ in items],
-                       fontsize=8)
+    """Bars with CIs for the estimates that have a value; the others get no slot (no placeholder bar), only a
+    line under the title naming them."""
+    shown = [(label, e, color) for label, e, color in items if _ok(e)]
+    for i, (_label, e, color) in enumerate(shown):
+        ax.bar(i, e.value, color=color, width=0.65, yerr=_yerr(e), capsize=4, ecolor="black", alpha=0.9)
+        top = e.high if e.high is not None else e.value
+        ax.annotate(f"{e.value:.3f}", (i, max(top, 0)), textcoords="offset points", xytext=(0, 3),
+                    ha="center", fontsize=8)
+    missing = [label.replace("\n", " ") for label, e, _ in items if not _ok(e)]
+    ax.set_xlim(-0.6, max(len(shown), 1) - 0.4)
+    ax.set_xticks(range(len(shown)))
+    ax.set_xticklabels([f"{label}\n(n={e.n})" for label, e, _ in shown], fontsize=8)
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title + (f"\nnot estimated on this run: {', '.join(missing)}" if missing else ""), fontsize=10)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 

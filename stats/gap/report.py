@@ -13,6 +13,7 @@ from typing import Sequence
 import pandas as pd
 
 from stats.core.estimate import Estimate
+from stats.core.manifest import settings_note
 from stats.core.output import cell, md_section, md_table, num, rows_frame, write_csv
 from stats.gap import figures
 from stats.gap.analysis import RunAnalysis, Skipped, analyze
@@ -153,6 +154,8 @@ def headline(a: RunAnalysis) -> list[str]:
     gate_row = next((r for r in a.screen_rows if r.family == "gate families"), None)
     scr = f"{gate_row.primaries} gate-family primaries, {gate_row.screened} screened" if gate_row else "no screen"
     lines.append(f"{run.model} on {run.panel}: {run.n} scenarios; {scr}; mass floor {a.floor:g}")
+    note = settings_note(run.manifest)
+    lines += [note] if note else []
     lines += floor_warnings(a)
     e0 = a.get("continuous", "E", "L0")
     if e0 is not None:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract import JUDGE_FRAMES
+from contract.options import DEFAULT_MASS_FLOOR  # noqa: F401 - re-exported: stats.gap.screen.DEFAULT_MASS_FLOOR
 from stats.gap.names import CHAT, JUDGE_1, PRIMARY, D, J
 from stats.gap.tables import Run
 
 GATE_FAMILIES = ("F1", "F3", "F4", "F5")
 SCREEN_BAND = (0.15, 0.85)
-DEFAULT_MASS_FLOOR = 0.5
 #: The verdict level is the strictest with at least this many paired scenarios (pre-registered).
 MIN_VERDICT_N = 40
 LEVELS = ("L0", "L1", "L2")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from contract import NSI_NULLS
+from stats.core.output import ci_text
 from stats.nsi.cells import COMPLIANCE, Cells, build_cells, sampled, subset_models, usable_dilemmas
 from stats.nsi.continuous import TEMPERED, continuous_domain_table, continuous_points, continuous_table
 from stats.nsi.endorsement import (
@@ -111,7 +112,7 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
     if len(temp):
         t.append(NsiTable("nsi_temperature", "Temperature ablation: greedy (T 0) vs sampled NSI (Appendix B)", temp))
         headlines += [f"{r.model}: NSI at T 0 {r.nsi_t0:.3f} vs sampled {r.nsi_sampled:.3f} "
-                      f"(diff {r.diff:+.3f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}])" for r in temp.itertuples(index=False)]
+                      f"(diff {r.diff:+.3f} {ci_text(r.diff_ci_low, r.diff_ci_high, '+.2f')})" for r in temp.itertuples(index=False)]
     tiers = pd.concat([models_tab.assign(domain="(all)", bands=f"A<{TABLE6.a_below:.2f}, C>={TABLE6.c_from:.2f}")[TIER_COLUMNS],
                        md[TIER_COLUMNS]], ignore_index=True)
     t.append(NsiTable("nsi_tiers", "Audit tiers A/B/C (Tables 6-7): tier = band of the observed NSI (sec. 5.2); "
@@ -126,7 +127,7 @@ def analyze_nsi(replies: pd.DataFrame, cont: pd.DataFrame | None, groups: dict |
                           cont_dom))
         for r in cont_tab.itertuples(index=False):
             binary = f"binary {r.nsi_binary:.3f}" if np.isfinite(r.nsi_binary) else "binary undefined"
-            headlines.append(f"{r.model}: continuous NSI {r.nsi_continuous:.3f} [{r.ci_low:.2f}, {r.ci_high:.2f}] "
+            headlines.append(f"{r.model}: continuous NSI {r.nsi_continuous:.3f} {ci_text(r.ci_low, r.ci_high)} "
                              f"vs {binary}; continuous p0+p1-1 {r.acquiescence_continuous:+.2f}")
         headlines += _tempered(t, cont, cells, models_tab, seed, n_boot)
         points = continuous_points(cont, cells)
@@ -141,7 +142,7 @@ def _tempered(t: list[NsiTable], cont: pd.DataFrame, cells: Cells, models_tab, s
     t.append(NsiTable("nsi_continuous_tempered", "NSI on the continuous readout at the sampling settings "
                                                  "(p_endorse_tempered; this project's extension; untiered)", tab))
     lines = [f"{r.model}: continuous NSI at T {r.temperature:g}, top-p {r.top_p:g}: {r.nsi_continuous:.3f} "
-             f"[{r.ci_low:.2f}, {r.ci_high:.2f}]; p0+p1-1 {r.acquiescence_continuous:+.2f}" for r in tab.itertuples(index=False)]
+             f"{ci_text(r.ci_low, r.ci_high)}; p0+p1-1 {r.acquiescence_continuous:+.2f}" for r in tab.itertuples(index=False)]
     old = cont.attrs.get("no_tempered", [])
     if old:
         lines.append(f"note: {len(old)} run(s) predate the continuous reading at the sampling settings (no "
@@ -222,7 +223,7 @@ def _model_headlines(models_tab: pd.DataFrame, acq: pd.DataFrame) -> list[str]:
             lines.append(f"{r.model}: binary NSI undefined: no dilemma has parsed replies under all four framings "
                          f"({r.n_replies} parsed sampled replies)")
             continue
-        lines.append(f"{r.model}: NSI {r.nsi:.3f} [{r.nsi_ci_low:.2f}, {r.nsi_ci_high:.2f}] (corrected {r.nsi_corrected:.3f}, "
+        lines.append(f"{r.model}: NSI {r.nsi:.3f} {ci_text(r.nsi_ci_low, r.nsi_ci_high)} (corrected {r.nsi_corrected:.3f}, "
                      f"{r.null} null p {fmt_p(r.p_null)}, Bonferroni {fmt_p(r.p_null_bonferroni)}); F0/F1 NSI "
                      f"{r.nsi_01:.3f}; p0+p1-1 {acq_v:+.2f}; tier {r.tier} (conservative on the CI: "
                      f"{r.tier_conservative_ci}, CI spans {r.tier_range})")

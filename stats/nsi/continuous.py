@@ -23,6 +23,10 @@ from stats.nsi.measures import nsi_array
 
 TEMPERED = "_tempered"
 """The column suffix of the reading at the sampling settings (contract.tables.NSI_TEMPERED)."""
+CONTINUOUS_COLUMNS = ("model", "nsi_continuous", "ci_low", "ci_high", "nsi_01_continuous", "acquiescence_continuous",
+                      "nsi_binary", "spearman_per_dilemma", "n_dilemmas")
+"""The columns of nsi_continuous; nsi_continuous_tempered adds SETTINGS_COLUMNS. An empty table keeps them."""
+SETTINGS_COLUMNS = ("temperature", "top_p")
 
 
 def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame, seed: int, n_boot: int,
@@ -54,13 +58,13 @@ def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame,
             "n_dilemmas": int(np.isfinite(per4).sum()),
             **(_settings(cont, model) if suffix else {}),
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(CONTINUOUS_COLUMNS + (SETTINGS_COLUMNS if suffix else ())))
 
 
 def _settings(cont: pd.DataFrame, model: str) -> dict:
     """The temperature and top-p of a model's tempered reading (one setting per model: a run has one profile)."""
     mine = cont[cont["model"] == model]
-    return {"temperature": float(mine["tempered_temperature"].iloc[0]), "top_p": float(mine["tempered_top_p"].iloc[0])}
+    return dict(zip(SETTINGS_COLUMNS, (float(mine["tempered_temperature"].iloc[0]), float(mine["tempered_top_p"].iloc[0]))))
 
 
 def continuous_domain_table(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:

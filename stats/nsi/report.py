@@ -13,6 +13,7 @@ from pathlib import Path
 
 from contract.tables import NSI_REPLIES
 from stats.core.errors import NSITableError
+from stats.core.manifest import read_run_manifest, settings_note
 from stats.core.output import md_section, write_table
 from stats.nsi.analysis import NsiAnalysis, analyze_nsi
 from stats.nsi.measures import DEFAULT_NULL, N_NULL
@@ -61,6 +62,10 @@ def run_nsi_stats(run_dirs, out_dir=None, groups: dict | None = None, seed: int 
             note = (f"{len(undefined)} continuous reads put no mass on either word (p_agree undefined) and are left "
                     "out: " + ", ".join(undefined[:10]) + (" ..." if len(undefined) > 10 else ""))
             a = replace(a, headlines=(*a.headlines, note))
+        notes = [(rd, settings_note(read_run_manifest(rd, "nsi")[0])) for rd in run_dirs]
+        named = [n if len(run_dirs) == 1 else f"{rd}: {n}" for rd, n in notes if n]
+        if named:  # first: a quick run's numbers are not the paper's
+            a = replace(a, headlines=(*named, *a.headlines))
         write_nsi_report(a, out)
     return list(a.headlines)
 

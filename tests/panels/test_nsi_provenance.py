@@ -1,5 +1,5 @@
 """Per-field provenance in the nsi panel: which fields are the paper's words (and where) and which were written
-for this project, recorded in the panel, consistent with the README, and validated with one-line errors."""
+for this project, recorded in the panel, consistent with docs/negation-audit.md, and validated with one-line errors."""
 
 import json
 
@@ -15,7 +15,7 @@ PAPER_ACTIONS = {"financial-1": "paper: Appendix C.1", "medical-2": "paper: Appe
 
 
 def test_every_dilemma_says_where_each_field_comes_from():
-    """As the README's NSI section says: id, domain and description from Appendix A; four action clauses and
+    """As docs/negation-audit.md says: id, domain and description from Appendix A; four action clauses and
     one goal the paper's words; every scenario, the other actions and goals, and the titles but one written here."""
     for d in NSI.records:
         prov = dict(d.provenance)
@@ -29,7 +29,7 @@ def test_every_dilemma_says_where_each_field_comes_from():
         assert prov["title"] == ("paper: sec. 4.5" if d.id == "financial-1" else "written here")
     counts = {f: sum(dict(d.provenance)[f].startswith("paper:") for d in NSI.records) for f in NSI_FIELDS}
     assert counts == {"id": 14, "domain": 14, "title": 1, "description": 14, "scenario": 0, "action": 4, "goal": 1}
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "negation-audit.md").read_text(encoding="utf-8")
     assert "other 10 action clauses" in readme and "other 13 goals" in readme
 
 
