@@ -50,3 +50,15 @@ def stage_step(stage: str) -> int | None:
     `_` (`rl-200`, `step-1000`, `step_1000`, `ckpt3` -> 200, 1000, 1000, 3); None when it carries none."""
     m = STAGE_STEP.fullmatch(stage)
     return int(m.group(1)) if m else None
+
+DEPTH_GROUP = "depth"
+"""The `--readouts` token that turns on the depth tables (depth.parquet, patching.parquet) on the first-token reads."""
+DEPTH_CELLS = ("primary", "twin", "harm_twin")
+"""The cells the depth readout reads (every first-token readout of these cells)."""
+LENSES = ("logit",)
+"""How a residual stream becomes letter mass at each depth: `logit`, the logit lens (the model's final norm, then
+its head in fp32). A tuned lens would be another value."""
+PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge")
+"""Whose residual replaces the agent prompt's at its read position: the same scenario's letter-only judge prompt
+(same cell and option order: the patch), the twin cell's agent prompt (same order), and another scenario's
+letter-only judge prompt with as many options, in the same order (what a foreign residual does)."""
