@@ -246,7 +246,12 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
         return
     if out is not None and len(run_dirs) > 1:
         raise ReadoutError("--out: give it with one run directory (each run writes its own RUN_DIR/stats)")
+    from stats.depth.report import is_depth_run, run_depth_report
+
     for run_dir in run_dirs:
+        if is_depth_run(run_dir):  # the depth tables and figures, then the gap analysis where the run allows it
+            for line in run_depth_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot):
+                click.echo(line)
         for line in run_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
             click.echo(line)
 
