@@ -35,9 +35,14 @@ def depth_run(tmp_path_factory):
     return out
 
 
-def _ids(lm, scenario, frame, cell, order_ids):
+def _perm(scenario, order_ids):
     index = {o.id: i for i, o in enumerate(scenario.options)}
-    r = render(scenario, frame, cell, tuple(index[o] for o in order_ids.split(",")), DEPTH_PROFILE.frames)
+    return tuple(index[o] for o in order_ids.split(","))
+
+
+def _ids(lm, scenario, frame, cell, order_ids, perm=None):
+    perm = _perm(scenario, order_ids) if perm is None else perm
+    r = render(scenario, frame, cell, perm, DEPTH_PROFILE.frames)
     return encode_prompt(lm.tokenizer, prompt_of(r)), r
 
 
@@ -110,7 +115,8 @@ def test_patch_rows_equal_a_hand_patched_forward(depth_run):
         agent_ids, _ = _ids(lm, panel[row.scenario_id], "agent", "primary", row.order)
         source = panel[row.source_scenario_id]
         frame, cell = ("agent", "twin") if row.source == "twin_agent" else ("judge_letter", "primary")
-        source_ids, r = _ids(lm, source, frame, cell, row.order)  # the same order applied to the source's options
+        # The same order (option indices) applied to the source's options.
+        source_ids, _ = _ids(lm, source, frame, cell, None, perm=_perm(panel[row.scenario_id], row.order))
         assert len(source.options) == len(panel[row.scenario_id].options)
         vector = _states(model, source_ids).hidden_states[row.layer][0, -1]
         want = _letter_mass(lm, hand_patched_logits(model, agent_ids, row.layer, vector), row.letters)
