@@ -19,6 +19,8 @@ import pandas as pd
 from contract.tables import NSI_REPLIES, PROBES
 from engine.errors import ReadoutError
 from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, scenario_views
+from stats.depth.names import CAPTIONS as DEPTH_CAPTIONS
+from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_TABLES
 
 #: Markdown reports the stats commands write, in the order one is looked for in a folder.
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
@@ -141,6 +143,23 @@ def run_section(path: Path, max_items: int) -> Section:
     return section
 
 
+def depth_section(path: Path, run: Section) -> Section | None:
+    """A depth run's depth figures, departure and tables (from `readout stats`), moved out of the run's section."""
+    stats = path / "stats"
+    if not (stats / DEPTH_MARKDOWN).is_file():
+        return None
+    title = run.title.split(": ", 1)[-1]
+    section = Section("depth", f"Through depth: {title}", str(stats))
+    section.markdown, section.markdown_name = (stats / DEPTH_MARKDOWN).read_text(encoding="utf-8"), DEPTH_MARKDOWN
+    section.figures = [f for f in run.figures if f.name in DEPTH_FIGURES]
+    section.figures = [Figure(f.name, DEPTH_CAPTIONS.get(f.name, f.caption), f.png) for f in section.figures]
+    section.tables = [t for t in run.tables if t.name in DEPTH_TABLES]
+    run.figures = [f for f in run.figures if f.name not in DEPTH_FIGURES]
+    run.tables = [t for t in run.tables if t.name not in DEPTH_TABLES]
+    section.notes = [] if section.figures else [f"{stats}: no depth figures (rerun `readout stats {path}`)"]
+    return section
+
+
 def results_section(path: Path) -> Section:
     """A folder of results without run tables (`readout compare` output, a stats folder)."""
     section = Section("results", f"Results: {path.name}", str(path))
@@ -161,4 +180,7 @@ def gather(paths, max_items: int = DEFAULT_ITEMS) -> Report:
             raise ReadoutError(f"{p}: not a folder (give run directories or results folders)")
         is_run = (p / PROBES.file).is_file() or (p / NSI_REPLIES.file).is_file()
         sections.append(run_section(p, max_items) if is_run else results_section(p))
+        depth = depth_section(p, sections[-1]) if is_run else None
+        if depth is not None:
+            sections.append(depth)
     return Report(sections, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

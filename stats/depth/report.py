@@ -16,10 +16,14 @@ from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
 from stats.depth.compute import Departure, closure_estimates, departure, depth_estimates, paired_columns
+from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
 
-DEPTH_FIGURES = ("depth_excess.png", "depth_closure.png")
-DEPTH_OUTPUTS = ("depth_layers.csv", "depth_layers.md", "depth_departure.md", "depth_closure.csv", "depth_closure.md",
-                 *DEPTH_FIGURES)
+DEFINITIONS = (
+    "E(l): the paired excess (p_D - p_J0) primary - twin at layer l, each read through the logit lens (final norm, "
+    "then the head in fp32), on scenarios read in both cells; the departure layer is the first layer from which E's 95% "
+    "CI excludes 0 at every later layer. Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
+    "replacing the agent's read-position residual after layer l closes, a ratio of means over scenarios. "
+    "Definitions: docs/depth.md (this project's extension; neither paper reads below the last layer).")
 SOURCE_COLOURS = dict(zip(PATCH_SOURCES, (MEASURE, BAND, NULL)))
 
 
@@ -104,7 +108,6 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
     written = []
     write_table(layers, out, "depth_layers", "Through depth: p_D, p_J0, g (primary) and E by layer (logit lens)")
     written.append("depth_layers.csv")
-    (out / "depth_departure.md").write_text(md_section("Departure layer", departure_text(dep)))
     lines = [f"depth: {departure_text(dep)}"]
     if len(layers):
         excess_figure(layers, dep, out / DEPTH_FIGURES[0])
@@ -113,12 +116,15 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
         write_table(closure, out, "depth_closure", "Patch closure by layer and source")
         closure_figure(closure, out / DEPTH_FIGURES[1])
         written += ["depth_closure.csv", DEPTH_FIGURES[1]]
-        best = closure[closure.source == PATCH_SOURCES[0]]
+        # At the last layer the judge patch is the judge's own read (closure 1 by construction): left out here.
+        best = closure[(closure.source == PATCH_SOURCES[0]) & (closure.layer < closure.layer.max())]
         if len(best):
             top = best.loc[best.closure.idxmax()]
-            lines.append(f"depth: the judge patch closes at most {top.closure:.3f} "
-                         f"[{top.low:.3f}, {top.high:.3f}] of p_D - p_J0, at layer {int(top.layer)}")
-    lines.append(f"depth: wrote {', '.join(written)} to {out}")
+            lines.append(f"depth: below the last layer the judge patch closes at most {top.closure:.3f} "
+                         f"[{top.low:.3f}, {top.high:.3f}] of p_D - p_J0 (mean {top.gap:.3f}), at layer {int(top.layer)}")
+    body = "\n".join(f"- {line.removeprefix('depth: ')}" for line in lines) + "\n\n" + DEFINITIONS
+    (out / DEPTH_MARKDOWN).write_text(md_section("Through depth (logit lens)", body))
+    lines.append(f"depth: wrote {', '.join([*written, DEPTH_MARKDOWN])} to {out}")
     return lines
 
 
