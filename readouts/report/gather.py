@@ -151,7 +151,7 @@ def depth_section(path: Path, run: Section) -> Section | None:
     title = run.title.split(": ", 1)[-1]
     section = Section("depth", f"Through depth: {title}", str(stats))
     section.markdown, section.markdown_name = (stats / DEPTH_MARKDOWN).read_text(encoding="utf-8"), DEPTH_MARKDOWN
-    section.figures = [f for f in run.figures if f.name in DEPTH_FIGURES]
+    section.figures = sorted((f for f in run.figures if f.name in DEPTH_FIGURES), key=lambda f: DEPTH_FIGURES.index(f.name))
     section.figures = [Figure(f.name, DEPTH_CAPTIONS.get(f.name, f.caption), f.png) for f in section.figures]
     section.tables = [t for t in run.tables if t.name in DEPTH_TABLES]
     run.figures = [f for f in run.figures if f.name not in DEPTH_FIGURES]

@@ -135,3 +135,20 @@ def test_depth_is_a_readouts_token():
     assert parse_readouts("depth", chat=False) == ("raw",)
     assert GapStudy(readouts="D,depth").tables[-2:] == (DEPTH.name, PATCHING.name)
     assert GapStudy(readouts="D").tables == GapStudy().tables
+
+
+def test_readout_stats_and_report_on_a_depth_run(depth_run, tmp_path):
+    from readouts.report import write_report
+    from stats.depth.names import DEPTH_FIGURES, DEPTH_TABLES
+    from stats.depth.report import run_depth_report
+
+    lines = run_depth_report(depth_run, out_dir=depth_run / "stats", n_boot=200)
+    assert any(line.startswith("depth: wrote") for line in lines)
+    for name in (*DEPTH_FIGURES, *DEPTH_TABLES):
+        assert (depth_run / "stats" / name).is_file(), name
+    out = tmp_path / "report.html"
+    write_report([str(depth_run)], out, max_items=1)
+    html = out.read_text()
+    assert "Through depth: " in html and 'data-kind="depth"' in html
+    depth_part = html[html.index('data-kind="depth"'):]
+    assert all(name in depth_part for name in (*DEPTH_FIGURES, *DEPTH_TABLES))
