@@ -268,8 +268,12 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
 @click.option("--mass-floor", default=None, type=float, help="minimum total letter mass for a scenario to count")
 def compare_cmd(run_dirs, out, roles, order, seed, n_boot, mass_floor):
     """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
+    from stats.depth.compare import depth_compare
     from stats.gap.compare_report import compare_command
 
+    role_map = dict(r.partition("=")[::2] for r in roles)
+    for line in depth_compare(run_dirs, out, role_map, seed=seed, n_boot=n_boot):  # depth runs: their curves overlaid
+        click.echo(line)
     for line in compare_command(run_dirs, out, roles, order, seed=seed, n_boot=n_boot, mass_floor=mass_floor):
         click.echo(line)
 

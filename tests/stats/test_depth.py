@@ -142,3 +142,22 @@ def test_readout_stats_writes_depth_tables_and_figures(tmp_path):
     assert any("departure layer 5" in line for line in lines)
     layers = pd.read_csv(out / "depth_layers.csv")
     assert set(layers.quantity) == {"p_D", "p_J0", "g", "E"}
+
+
+def test_compare_overlays_each_runs_curves(tmp_path):
+    from stats.depth.compare import depth_compare
+
+    for name, start in (("sft", 6), ("final", 3)):
+        run = tmp_path / name
+        run.mkdir()
+        planted_depth(n=12, start=start, effect=0.4, seed=1).to_parquet(run / DEPTH.file)
+        planted_patching([0.3] * 12, [0.2] * 12).to_parquet(run / PATCHING.file)
+    out = tmp_path / "cmp"
+    lines = depth_compare([tmp_path / "sft", tmp_path / "final"], out, {str(tmp_path / "final"): "m:final"}, n_boot=200)
+    assert lines and (out / "depth_compare.png").is_file()
+    curves = pd.read_csv(out / "depth_compare.csv")
+    assert set(curves.run) == {"sft", "m:final"} and set(curves.curve) == {"E", "closure"}
+    e = curves[curves.curve == "E"].pivot(index="layer", columns="run", values="value")
+    want = {run: hand_excess(planted_depth(n=12, start=s, effect=0.4, seed=1)) for run, s in (("sft", 6), ("m:final", 3))}
+    for run, values in want.items():
+        assert np.allclose(e[run].to_numpy(), [values[k] for k in sorted(values)], atol=1e-12)
