@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from contract.names import DEPTH_CELLS, LENSES, PATCH_SOURCES
+from contract.readouts import readout
 from stats.core.bootstrap import scenario_bootstrap
 
-AGENT, JUDGE = "D", "J0"
-"""The readouts whose depth profiles the excess compares (contract.readouts: D and the letter-only judge)."""
+AGENT, JUDGE = readout("D").name, readout("J0").name
+"""The readouts whose depth profiles the excess compares (D and the letter-only judge)."""
 QUANTITIES = ("p_D", "p_J0", "g", "E")
 """Per layer, the quantities of depth_layers.csv: p_D, p_J0, g of the primary cell, and E."""
 
