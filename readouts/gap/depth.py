@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from contract.names import DEPTH_CELLS, LENSES, PATCH_SOURCES
+from contract.readouts import readout
 from engine.render import encode_prompt
 from engine.residuals import Patch, lens_logits, n_depths
 from engine.scoring import letter_masses, score_ids
@@ -19,8 +20,8 @@ from panels.frames import render
 
 LENS_READS = 8
 """Reads whose depths go through the head at once (bounds the [reads x depths, vocab] fp32 logits held)."""
-AGENT_FRAME, JUDGE_FRAME = "agent", "judge_letter"
-"""The frames the patch pairs (contract.names.FRAMES): the agent prompt is patched with the letter-only judge's."""
+(JUDGE_FRAME,) = readout("J0").frames
+"""The frame of the patch's source: the agent prompt is patched with the letter-only judge prompt's residual."""
 
 
 def p_violating(mass, letters: str, violating_letter: str) -> float:
