@@ -46,8 +46,7 @@ class LetterMass:
     n_tokens: int
     """Prompt length in tokens."""
     residuals: torch.Tensor | None = field(default=None, compare=False, repr=False)
-    """[depths, hidden] fp32 on the CPU: the residual stream at the read position at each depth
-    (engine/residuals.py: the embeddings' output, then each layer's); None unless `score_ids(residuals=True)`."""
+    """[depths, hidden] fp32 CPU: the read position's residual stream at each depth (engine/residuals.py), or None."""
 
     def as_dict(self) -> dict:
         return {
@@ -244,8 +243,8 @@ def _score(model, seqs, letters, hooks, patches, temperature, top_p, fast, prefi
     # Identical prompts run once (their logits are the same); each is still read with its own letters.
     readers: dict = {}
     for i, s in enumerate(seqs):
-        # A patched prompt or one whose residuals are kept is its own reader (captures are filed per prompt).
-        readers.setdefault((tuple(s), i if hooks is not None else None) if prefix_reuse else i, []).append(i)
+        # A patched prompt is its own reader; an identical unpatched one shares its read and its capture.
+        readers.setdefault((tuple(s), i if patches[i] is not None else None) if prefix_reuse else i, []).append(i)
     copies = list(readers.values())
     stats.duplicates += len(seqs) - len(copies)
     uniq = [seqs[c[0]] for c in copies]
@@ -274,8 +273,10 @@ def _score(model, seqs, letters, hooks, patches, temperature, top_p, fast, prefi
                 picks = [(row, i) for row, (u, _, _) in enumerate(batch) for i in copies[u]]
                 masses = letter_masses(logits[[row for row, _ in picks]], [letters[i] for _, i in picks],
                                        [len(seqs[i]) for _, i in picks], temperature, top_p)
-                for (_, i), mass in zip(picks, masses):
+                for (row, i), mass in zip(picks, masses):
                     results[i] = mass
+                    if hooks is not None and hooks.capture:  # filed under the first copy's index
+                        hooks.captured[i] = hooks.captured[copies[batch[row][0]][0]]
                 bar.update(len(picks))
             for k in [k for k in kv if done_after[k] == w]:
                 del kv[k]
