@@ -175,7 +175,8 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @cli.command("run")
 @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
 @click.option("--panel", "-p", default="gap-v2", show_default=True, help="shipped panel name or JSONL path")
-@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
+@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along); "
+              "add depth for the depth tables (docs/depth.md)")
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
 @_plan_options
 @_run_options(default_seed=0, profiles=tuple(GAP_PROFILES))
