@@ -50,6 +50,7 @@ bench:
 	$(PY) bench/stats_bench.py --out bench/results
 	$(PY) bench/gen_bench.py --out bench/results
 	$(PY) bench/plan_bench.py --out bench/results
+	$(PY) bench/depth_bench.py --out bench/results
 
 # Mutation check (not part of CI): each edit in tests/mutants/*.toml must make its listed tests fail.
 mutants:

@@ -63,3 +63,16 @@ def stage_step(stage: str) -> int | None:
 ADAPTER_RECIPE = "organism.json"
 """The file beside a PEFT adapter that records how it was made (a model organism's recipe, training log and
 measured values; organisms/); a run that merges such an adapter records its organism name and recipe."""
+
+
+DEPTH_GROUP = "depth"
+"""The `--readouts` token that turns on the depth tables (depth.parquet, patching.parquet) on the first-token reads."""
+DEPTH_CELLS = ("primary", "twin", "harm_twin")
+"""The cells the depth readout reads (every first-token readout of these cells)."""
+LENSES = ("logit",)
+"""How a residual stream becomes letter mass at each depth: `logit`, the logit lens (the model's final norm, then
+its head in fp32). A tuned lens would be another value."""
+PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge")
+"""Whose residual replaces the agent prompt's at its read position: the same scenario's letter-only judge prompt
+(same cell and option order: the patch), the twin cell's agent prompt (same order), and another scenario's
+letter-only judge prompt with as many options, in the same order (what a foreign residual does)."""

@@ -113,7 +113,18 @@ NSI_CONTINUOUS = Table("nsi_continuous", _cols(
     f"{_POLARITY} mass_agree:float mass_disagree:float p_agree:float p_endorse:float prompt_tokens:int "
     + " ".join(f"{c}:float" for c in NSI_TEMPERED)))
 
-TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS)}
+_DEPTH_KEY = "model:str scenario_id:str family:str cell:str order_index:int order:str letters:str violating_letter:str"
+DEPTH = Table("depth", _cols(
+    f"{_DEPTH_KEY} readout:str frame:str layer:int n_layers:int lens:str mass:list[float] letter_mass:float "
+    "p_violating:float"))
+"""One row per first-token probe (rollout 0) x depth x lens (contract.names.LENSES): the letters' mass at that depth."""
+PATCHING = Table("patching", _cols(
+    f"{_DEPTH_KEY} layer:int n_layers:int source:str source_scenario_id:str mass:list[float] letter_mass:float "
+    "p_violating:float p_agent:float p_source:float"))
+"""One row per agent probe (primary cell) x patched depth x source (contract.names.PATCH_SOURCES): the agent
+prompt's letters with its read-position residual after `layer` replaced by the source prompt's."""
+
+TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING)}
 
 
 def table(name: str) -> Table:

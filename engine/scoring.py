@@ -10,7 +10,8 @@ path equal to the plain one within float tolerance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
@@ -20,6 +21,7 @@ from engine.errors import ProbeInputError
 from engine.letters import LetterTokens
 from engine.planner import PrefixGroup, by_known_prefix, chain, node_start, plan_prefix_groups, representatives, waves
 from engine.render import Prompt, encode_prompt
+from engine.residuals import Patch, ReadHooks
 from engine.sampling import tempered_distribution
 
 # Architectures whose logits are exactly `lm_head(final hidden state)`: for these the head is applied to
@@ -43,6 +45,8 @@ class LetterMass:
     """Per letter: exact probability that a token sampled at temperature T (after top-p) is that letter."""
     n_tokens: int
     """Prompt length in tokens."""
+    residuals: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    """[depths, hidden] fp32 CPU: the read position's residual stream at each depth (engine/residuals.py), or None."""
 
     def as_dict(self) -> dict:
         return {
@@ -182,6 +186,8 @@ def score_ids(
     progress: bool = False,
     stats: ScoreStats | None = None,
     known_prefixes: dict | None = None,
+    residuals: bool = False,
+    patches: Sequence[Patch | None] | None = None,
 ) -> list[LetterMass]:
     """Letter masses for tokenized prompts, each read at the token after its last one.
 
@@ -189,10 +195,28 @@ def score_ids(
     forward pass; `max_batch` bounds rows. `stats`, if given, receives the work counters.
     `known_prefixes` ({token tuple: [(keys, values) per layer]}, e.g. from `generate(prefix_kv=...)`) are
     prefixes whose cache is already computed: prompts starting with one reuse it instead of running it.
+    `residuals=True` also captures each prompt's residual stream at its read position at every depth, in the
+    same forwards (`LetterMass.residuals`). `patches` (one per prompt, or None) replace a prompt's stream at
+    its read position at one depth before the read (engine/residuals.py: `patched_logits` patches any position).
     """
+    seqs = _checked(model, seqs, letters)
+    patches = list(patches) if patches is not None else [None] * len(seqs)
+    if len(patches) != len(seqs) or any(p is not None and p.position is not None for p in patches):
+        raise ProbeInputError("patches: one per prompt, each at the read position (position None)")
+    hooks = ReadHooks(model, capture=residuals) if residuals or any(p is not None for p in patches) else None
+    with hooks if hooks is not None else nullcontext():
+        results = _score(model, seqs, letters, hooks, patches, temperature, top_p, fast, prefix_reuse, token_budget,
+                         max_batch, min_prefix, pad_id, progress, stats, known_prefixes)
+    if residuals:
+        results = [replace(r, residuals=hooks.captured[i]) for i, r in enumerate(results)]
+    return results
+
+
+def _score(model, seqs, letters, hooks, patches, temperature, top_p, fast, prefix_reuse, token_budget, max_batch,
+           min_prefix, pad_id, progress, stats, known_prefixes):
+    """score_ids on checked prompts; `hooks` (or None) is armed for every read forward, keyed by prompt index."""
     from tqdm.auto import tqdm
 
-    seqs = _checked(model, seqs, letters)
     stats = stats if stats is not None else ScoreStats()
     stats.prompt_tokens += sum(len(s) for s in seqs)
     results: list[LetterMass | None] = [None] * len(seqs)
@@ -200,7 +224,11 @@ def score_ids(
 
     if not fast:
         for i, s in enumerate(seqs):
+            if hooks is not None:
+                hooks.arm([len(s) - 1], [i], [patches[i]])
             logits = plain_next_token_logits(model, s)
+            if hooks is not None:
+                hooks.commit()
             results[i] = letter_masses(logits[None], [letters[i]], [len(s)], temperature, top_p)[0]
             stats.computed_tokens, stats.padded_tokens, stats.forward_passes = (
                 stats.computed_tokens + len(s), stats.padded_tokens + len(s), stats.forward_passes + 1)
@@ -215,7 +243,8 @@ def score_ids(
     # Identical prompts run once (their logits are the same); each is still read with its own letters.
     readers: dict = {}
     for i, s in enumerate(seqs):
-        readers.setdefault(tuple(s) if prefix_reuse else i, []).append(i)
+        # A patched prompt is its own reader; an identical unpatched one shares its read and its capture.
+        readers.setdefault((tuple(s), i if patches[i] is not None else None) if prefix_reuse else i, []).append(i)
     copies = list(readers.values())
     stats.duplicates += len(seqs) - len(copies)
     uniq = [seqs[c[0]] for c in copies]
@@ -231,7 +260,7 @@ def score_ids(
     with torch.inference_mode():
         held = cache_token_limit(model, device, budget)
         node_waves, done_after = waves(plan, held)
-        tree = _Tree(model, plan, {}, pad_id, device, stats)
+        tree = _Tree(model, plan, {}, pad_id, device, stats, hooks, [[patches[c[0]], c[0]] for c in copies])
         kv = tree.kv
         rep = representatives(plan)
         bounds = _Bounds(budget, held, max_batch)
@@ -244,8 +273,10 @@ def score_ids(
                 picks = [(row, i) for row, (u, _, _) in enumerate(batch) for i in copies[u]]
                 masses = letter_masses(logits[[row for row, _ in picks]], [letters[i] for _, i in picks],
                                        [len(seqs[i]) for _, i in picks], temperature, top_p)
-                for (_, i), mass in zip(picks, masses):
+                for (row, i), mass in zip(picks, masses):
                     results[i] = mass
+                    if hooks is not None and hooks.capture:  # filed under the first copy's index
+                        hooks.captured[i] = hooks.captured[copies[batch[row][0]][0]]
                 bar.update(len(picks))
             for k in [k for k in kv if done_after[k] == w]:
                 del kv[k]
@@ -290,7 +321,7 @@ def _read_wave(tree: "_Tree", uniq, items, bounds: "_Bounds"):
     items = sorted(items, key=lambda it: (len(uniq[it[0]]) - it[2], it[2]))
     cost = lambda it: (len(uniq[it[0]]) - it[2], len(uniq[it[0]]))  # noqa: E731
     for batch in token_batches(items, cost, bounds.budget, bounds.held, bounds.max_batch):
-        rows = [(uniq[u][plen:], node) for u, node, plen in batch]
+        rows = [(uniq[u][plen:], node, u) for u, node, plen in batch]
         yield batch, halving_on_oom(lambda b: _forward_on_nodes(tree, b, read=True), rows,
                                     lambda a, b: torch.cat([a, b]), tree.stats)
 
@@ -307,6 +338,10 @@ class _Tree:
     pad_id: int
     device: torch.device
     stats: ScoreStats
+    hooks: ReadHooks | None = None
+    """Armed for each read forward (residual capture, patches), or None."""
+    reads: list | None = None
+    """Per distinct prompt: [its patch or None, the prompt index its capture is filed under]."""
 
 
 @dataclass(frozen=True)
@@ -358,20 +393,20 @@ def _forward_on_nodes(tree: _Tree, rows, read: bool):
     from transformers import DynamicCache
 
     model, plan, kv, device, stats = tree.model, tree.plan, tree.kv, tree.device, tree.stats
-    ids, new_mask = pad_rows([tokens for tokens, _ in rows], tree.pad_id, device)
-    lengths = [len(tokens) for tokens, _ in rows]
+    ids, new_mask = pad_rows([row[0] for row in rows], tree.pad_id, device)
+    lengths = [len(row[0]) for row in rows]
     stats.forward_passes += 1
     stats.computed_tokens += sum(lengths)
     stats.padded_tokens += ids.numel()
     read_idx = torch.tensor([n - 1 for n in lengths], device=device)
-    starts = [plan[node].prefix_len if node is not None else 0 for _, node in rows]
+    starts = [plan[row[1]].prefix_len if row[1] is not None else 0 for row in rows]
     width = max(starts)
     cache = DynamicCache(config=model.config)
     mask, position_ids = new_mask, None
     if width:
         on_node: dict = {}
-        for r, (_, node) in enumerate(rows):
-            on_node.setdefault(node, []).append(r)
+        for r, row in enumerate(rows):
+            on_node.setdefault(row[1], []).append(r)
         chains = {node: [kv[k] for k, _ in chain(plan, node)] for node in on_node}
         some = next(c for c in chains.values() if c)[0]
         for layer in range(len(some)):
@@ -394,7 +429,12 @@ def _forward_on_nodes(tree: _Tree, rows, read: bool):
         mask = torch.cat([prefix_mask, new_mask], dim=1)
         position_ids = torch.tensor(starts, device=device)[:, None] + torch.arange(ids.shape[1], device=device)[None, :]
     if read:
-        return _read_logits(model, ids, mask, position_ids, cache if width else None, read_idx)
+        if tree.hooks is not None:
+            tree.hooks.arm(read_idx.tolist(), [tree.reads[row[2]][1] for row in rows], [tree.reads[row[2]][0] for row in rows])
+        logits = _read_logits(model, ids, mask, position_ids, cache if width else None, read_idx)
+        if tree.hooks is not None:
+            tree.hooks.commit()
+        return logits
     model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     own = lambda t, b, n: t[b : b + 1, :, width : width + n]  # noqa: E731
     if width:  # copies: views would keep the whole batch's assembled cache alive

@@ -190,7 +190,8 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @cli.command("run")
 @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
 @click.option("--panel", "-p", default="gap-v2", show_default=True, help="shipped panel name or JSONL path")
-@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along)")
+@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along); "
+              "add depth for the depth tables (docs/depth.md)")
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
 @_plan_options
 @_run_options(default_seed=0, profiles=tuple(GAP_PROFILES), out_help=GAP_OUT_HELP, set_help=GAP_SET_HELP)
@@ -262,7 +263,12 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
         return
     if out is not None and len(run_dirs) > 1:
         raise ReadoutError("--out: give it with one run directory (each run writes its own RUN_DIR/stats)")
+    from stats.depth.report import is_depth_run, run_depth_report
+
     for run_dir in run_dirs:
+        if is_depth_run(run_dir):  # the depth tables and figures, then the gap analysis where the run allows it
+            for line in run_depth_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot):
+                click.echo(line)
         for line in run_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot, **kwargs):
             click.echo(line)
 
@@ -280,8 +286,12 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
               help="minimum total letter mass (agent frame) for a scenario to enter the screen")
 def compare_cmd(run_dirs, out, roles, order, seed, n_boot, mass_floor):
     """Across runs: checkpoint sweep, base vs instruct (raw frame), chat-vs-raw bridge, cross-recipe table."""
+    from stats.depth.compare import depth_compare
     from stats.gap.compare_report import compare_command
 
+    role_map = dict(r.partition("=")[::2] for r in roles)
+    for line in depth_compare(run_dirs, out, role_map, seed=seed, n_boot=n_boot):  # depth runs: their curves overlaid
+        click.echo(line)
     for line in compare_command(run_dirs, out, roles, order, seed=seed, n_boot=n_boot, mass_floor=mass_floor):
         click.echo(line)
 

@@ -42,6 +42,11 @@ class GapProfile(Profile):
     rider_rollouts: int = 8
     """The rider's rollouts per scenario, on its primary cell (the greedy one first; P1-A6: "8 rollouts per
     scenario"); 0 switches it off."""
+    patch_stride: int = 1
+    """Depth runs (`--readouts ...,depth`): patch the agent read at every `patch_stride`-th depth (and the last);
+    0: no patching.parquet rows."""
+    patch_orders: int = 2
+    """Depth runs: the first this many of D's option orders are patched, per primary scenario."""
     frames: str = DEFAULT_VERSION
     """The frames version the prompts are rendered in (panels/frames/<frames>.toml): `v1` as every run before
     it; `v2` adds the scenario's norm to the norm-naming dose arm, every other text as in v1."""
@@ -54,6 +59,8 @@ class GapProfile(Profile):
         bad = next((k for k, v in self.orders.items() if v < 1), None)
         if bad is not None:
             raise ReadoutError(f"--set: orders.{bad}: must be >= 1, got {self.orders[bad]}")
+        if self.patch_stride < 0 or self.patch_orders < 1:
+            raise ReadoutError(f"--set: patch_stride must be >= 0 and patch_orders >= 1, got {self.patch_stride}, {self.patch_orders}")
         if self.rider_rollouts < 0:
             raise ReadoutError(f"--set: rider_rollouts: must be >= 0 (0: no rider), got {self.rider_rollouts}")
         if self.rider_rollouts and self.rider_budget < self.dose_budget:

@@ -23,6 +23,7 @@ from engine.scoring import score_ids
 from panels.frames import render
 from panels.orders import option_orders
 from readouts.gap.aggregate import scenario_rows
+from readouts.gap.depth import depth_rows, patch_rows
 from readouts.gap.profile import GapProfile, cells_read, is_on, rollouts
 
 
@@ -115,10 +116,12 @@ class GapRunner:
     """Computes the probe rows and scenario rows of a chunk of scenarios on one loaded model."""
 
     def __init__(self, lm, profile: GapProfile, groups, seed: int, sample: bool, panel_name: str, model_name: str,
-                 progress=None, token_budget=None):
+                 progress=None, token_budget=None, depth: bool = False):
         self.lm, self.profile, self.groups, self.seed, self.sample = lm, profile, groups, seed, sample
         self.panel_name, self.model_name, self.progress = panel_name, model_name, progress
         self.token_budget = token_budget
+        self.depth = depth
+        """Also read depth.parquet and patching.parquet (readouts/gap/depth.py)."""
         self.tok = lm.tokenizer
         self.stop = stop_token_ids(self.tok, lm.model)
         self.timings: dict[str, float] = {}
@@ -130,10 +133,10 @@ class GapRunner:
         if self.progress is not None:
             self.progress.update(n)
 
-    def run(self, scenarios) -> tuple[list[dict], list[dict]]:
-        """Probe rows and scenario rows for `scenarios`; per-stage seconds and probe counts accumulate
-        in `self.timings` / `self.counts`."""
-        reads, rows = [], []
+    def run(self, scenarios) -> tuple[list[dict], ...]:
+        """Probe rows and scenario rows for `scenarios` (and with `depth`, depth and patching rows); per-stage
+        seconds and probe counts accumulate in `self.timings` / `self.counts`."""
+        reads, rows, deep, patched = [], [], [], []
         self._texts = {}  # decoded prompts of this chunk only
         for name, specs in stages(self.groups, self.profile):
             t0 = time.perf_counter()
@@ -142,13 +145,19 @@ class GapRunner:
                 stage_reads = self._first_token_reads(scenarios, specs[0])
             else:
                 stage_reads = self._generated_reads(scenarios, specs)
-            rows += self._score(stage_reads)
+            stage_rows, results = self._score(stage_reads, residuals=self.depth and specs[0].read == FIRST_TOKEN)
+            rows += stage_rows
+            if self.depth and specs[0].read == FIRST_TOKEN:
+                deep += depth_rows(self.lm, self.model_name, stage_reads, results)
+                if specs[0].name == "D":
+                    patched += patch_rows(self, scenarios, stage_reads, results)
             self._known = {}
             reads += stage_reads
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
             self.counts[name] = self.counts.get(name, 0) + len(stage_reads)
         keys = [(rd.scenario.id, rd.cell, rd.spec.name, rd.frame) for rd in reads]
-        return rows, scenario_rows(scenarios, keys, rows, self.profile, self.sample, self.model_name, self.panel_name)
+        tables = rows, scenario_rows(scenarios, keys, rows, self.profile, self.sample, self.model_name, self.panel_name)
+        return (*tables, deep, patched) if self.depth else tables
 
     # -- planning ----------------------------------------------------------------------------------
     def _first_token_reads(self, scenarios, spec: ReadoutSpec) -> list[Read]:
@@ -226,8 +235,10 @@ class GapRunner:
         return out
 
     # -- scoring -----------------------------------------------------------------------------------
-    def _score(self, reads: list[Read]) -> list[dict]:
+    def _score(self, reads: list[Read], residuals: bool = False) -> tuple[list[dict], list]:
+        """Probe rows of `reads`, and the engine's results (with each read's residuals if asked)."""
         rows: list[dict | None] = [None] * len(reads)
+        kept: list = [None] * len(reads)
         by_temperature = {}
         for i, rd in enumerate(reads):
             by_temperature.setdefault(0.0 if rd.spec.greedy else self.profile.temperature, []).append(i)
@@ -236,13 +247,13 @@ class GapRunner:
             results = score_ids(
                 self.lm.model, [reads[i].ids for i in idx], letters, temperature=temperature,
                 top_p=self.profile.top_p if temperature > 0 else 1.0, pad_id=self.lm.pad_id,
-                token_budget=self.token_budget, known_prefixes=self._known,
+                token_budget=self.token_budget, known_prefixes=self._known, residuals=residuals,
             )
             for i, res in zip(idx, results):
-                rows[i] = self._probe_row(reads[i], res)
+                rows[i], kept[i] = self._probe_row(reads[i], res), res
                 if reads[i].anchor_rule is None:
                     self._tick(1)
-        return rows
+        return rows, kept
 
     def _prompt_text(self, ids: tuple) -> str:
         """The prompt as the model read it: its ids decoded, special tokens kept (decoded once per prompt)."""

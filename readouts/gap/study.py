@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from contract.readouts import readout_groups
-from contract.tables import PROBES, SCENARIOS
+from contract.names import DEPTH_GROUP
+from contract.readouts import FIRST_TOKEN, READOUTS, readout_groups
+from contract.tables import DEPTH, PATCHING, PROBES, SCENARIOS
 from engine.errors import ReadoutError
 from engine.render import encode_prompt
 from panels.frames import render
@@ -19,15 +20,24 @@ from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, promp
 from readouts.profiles import not_paper_note
 
 
+def wants_depth(spec: str | None) -> bool:
+    """Whether `--readouts` names `depth` (the depth tables on the first-token reads)."""
+    return spec is not None and DEPTH_GROUP in (p.strip() for p in spec.split(","))
+
+
 def parse_readouts(spec: str | None, chat: bool) -> tuple[str, ...]:
-    """`--readouts D,J,...` to a tuple of groups; the default is every group the model supports."""
+    """`--readouts D,J,...` to a tuple of groups; the default is every group the model supports. `depth` among
+    them adds the depth tables; alone, it reads the first-token groups at depth."""
     groups = readout_groups()
     if spec is None:
         return groups if chat else ("raw",)
-    chosen = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip()))
+    chosen = tuple(dict.fromkeys(p.strip() for p in spec.split(",") if p.strip() and p.strip() != DEPTH_GROUP))
+    if not chosen and wants_depth(spec):
+        first = tuple(dict.fromkeys(s.group for s in READOUTS if s.read == FIRST_TOKEN))
+        return first if chat else ("raw",)
     bad = [g for g in chosen if g not in groups]
     if bad or not chosen:
-        raise ReadoutError(f"--readouts: '{','.join(bad) or spec}' not among {','.join(groups)}")
+        raise ReadoutError(f"--readouts: '{','.join(bad) or spec}' not among {','.join(groups + (DEPTH_GROUP,))}")
     if not chat:
         needs_chat = [g for g in chosen if g != "raw"]
         if needs_chat:
@@ -55,6 +65,10 @@ class GapStudy:
     """The resolved profile of the run (set by `prepare`), for the summary's settings note."""
     stats_command: str = "readout stats"
     """What reads the run next (the summary's last line names it)."""
+
+    def __post_init__(self):
+        if wants_depth(self.readouts):
+            self.tables = (*self.tables, DEPTH.name, PATCHING.name)
 
     @property
     def profiles(self):
@@ -98,7 +112,8 @@ class GapStudy:
 
     def runner(self, lm, profile, seed, options, bar):
         return GapRunner(lm, profile, self.groups, seed, self.sample, self.panel_name,
-                         options.model.model, progress=bar, token_budget=options.model.token_budget)
+                         options.model.model, progress=bar, token_budget=options.model.token_budget,
+                         depth=wants_depth(self.readouts))
 
     def summary(self, tables) -> list[str]:
         note = not_paper_note(self.profile, PROFILES["paper"], PAPER_FIELDS) if self.profile is not None else None

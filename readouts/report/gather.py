@@ -21,6 +21,8 @@ from engine.errors import ReadoutError
 from readouts.report.card import Card, gap_card, group_warnings, nsi_card
 from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, scenario_views
 from stats.core.manifest import settings_note
+from stats.depth.names import CAPTIONS as DEPTH_CAPTIONS
+from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_TABLES
 
 #: Markdown reports the stats commands write, in the order one is looked for in a folder.
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
@@ -207,6 +209,23 @@ def run_section(path: Path, max_items: int) -> Section:
     return section
 
 
+def depth_section(path: Path, run: Section) -> Section | None:
+    """A depth run's depth figures, departure and tables (from `readout stats`), moved out of the run's section."""
+    stats = path / "stats"
+    if not (stats / DEPTH_MARKDOWN).is_file():
+        return None
+    title = run.title.split(": ", 1)[-1]
+    section = Section("depth", f"Through depth: {title}", str(stats))
+    section.markdown, section.markdown_name = (stats / DEPTH_MARKDOWN).read_text(encoding="utf-8"), DEPTH_MARKDOWN
+    section.figures = sorted((f for f in run.figures if f.name in DEPTH_FIGURES), key=lambda f: DEPTH_FIGURES.index(f.name))
+    section.figures = [Figure(f.name, DEPTH_CAPTIONS.get(f.name, f.caption), f.png) for f in section.figures]
+    section.tables = [t for t in run.tables if t.name in DEPTH_TABLES]
+    run.figures = [f for f in run.figures if f.name not in DEPTH_FIGURES]
+    run.tables = [t for t in run.tables if t.name not in DEPTH_TABLES]
+    section.notes = [] if section.figures else [f"{stats}: no depth figures (rerun `readout stats {path}`)"]
+    return section
+
+
 def results_section(path: Path) -> Section:
     """A folder of results without run tables (`readout compare` output, a stats folder)."""
     section = Section("results", f"Results: {path.name}", str(path))
@@ -230,12 +249,18 @@ def gather(paths, max_items: int = DEFAULT_ITEMS) -> Report:
     """The report's data: one section per folder, in the order given. A folder that cannot be read at all becomes
     a section holding one note (the others still render); ReadoutError when no folder can be read."""
     sections, errors = [], []
+    paths = list(paths)
     for p in map(Path, paths):
         try:
             sections.append(folder_section(p, max_items))
         except PART_ERRORS as exc:
             errors.append(exc)
             sections.append(Section("unreadable", f"Not readable: {p}", str(p), notes=[_problem(exc)]))
-    if len(errors) == len(sections):
+            continue
+        is_run = (p / PROBES.file).is_file() or (p / NSI_REPLIES.file).is_file()
+        depth = depth_section(p, sections[-1]) if is_run else None
+        if depth is not None:
+            sections.append(depth)
+    if len(errors) == len(paths):
         raise errors[0] if isinstance(errors[0], ReadoutError) else ReadoutError(f"{paths[0]}: {_problem(errors[0])}")
     return Report(sections, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

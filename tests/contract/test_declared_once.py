@@ -85,7 +85,10 @@ def written(tmp_path_factory):
               log=lambda _: None)
     nsi = run(NsiStudy(), RunOptions(model=ModelOptions("tiny-qwen2"), limit=2, out=str(out / "nsi"), progress=False,
                                      overrides=("samples=1", "budget=6")), log=lambda _: None)
-    return {"probes": gap, "scenarios": gap, "nsi_replies": nsi, "nsi_continuous": nsi}
+    depth = run(GapStudy(readouts="D,depth"), RunOptions(model=ModelOptions("tiny-qwen2"), limit=2, out=str(out / "depth"),
+                                                        progress=False, overrides=("orders.D=1", "patch_stride=2")),
+                log=lambda _: None)
+    return {"probes": gap, "scenarios": gap, "nsi_replies": nsi, "nsi_continuous": nsi, "depth": depth, "patching": depth}
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))

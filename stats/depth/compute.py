@@ -1,0 +1,158 @@
+"""Through depth (pure): per layer p_D, p_J0, g and the paired excess E with the paired scenario bootstrap, the
+departure layer with a nested bootstrap CI, and the patch-closure curve of each patch source with its CI.
+
+Definitions (this project's extension of the gap paper; docs/paper-map.md):
+- At layer l a scenario's p_D(l) (p_J0(l)) is its violating mass normalized over the letters, through the logit
+  lens at l, averaged over its option orders; g(l) = p_D(l) - p_J0(l) per cell; E(l) = mean over scenarios of
+  g_primary(l) - g_twin(l), on the scenarios read in both cells at every layer (the paper's paired excess, at l).
+- The departure layer is the first layer from which E's 95% CI excludes 0 at that layer and every later one
+  (None when the last layer's does not). Its CI: the same rule applied inside each resample of an outer bootstrap
+  over scenarios, with an inner bootstrap for the per-layer CIs (percentiles of the outer resamples' departures).
+- Closure at layer l of a source: sum over scenarios of (p_agent - p_patched(l)) over the sum of
+  (p_agent - p_source) of the same scenario's judge patch (its p_D - p_J0 in the patched orders): the share of the
+  gap the patch closes, a ratio of means (a scenario whose own gap is near 0 does not blow it up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from contract.names import DEPTH_CELLS, LENSES, PATCH_SOURCES
+from contract.readouts import readout
+from stats.core.bootstrap import scenario_bootstrap
+
+AGENT, JUDGE = readout("D").name, readout("J0").name
+"""The readouts whose depth profiles the excess compares (D and the letter-only judge)."""
+QUANTITIES = ("p_D", "p_J0", "g", "E")
+"""Per layer, the quantities of depth_layers.csv: p_D, p_J0, g of the primary cell, and E."""
+
+
+@dataclass(frozen=True)
+class Departure:
+    """The departure layer and its bootstrap CI."""
+
+    layer: int | None
+    """First layer from which E's CI excludes 0 at every later layer; None: no departure."""
+    low: float
+    """2.5th percentile of the resampled departure layers (NaN when fewer than 2 resamples depart)."""
+    high: float
+    """97.5th percentile; inf when more than 2.5% of resamples have no departure."""
+    p_none: float
+    """Share of the outer resamples without a departure."""
+    n_outer: int
+    n_inner: int
+
+
+def first_departure(low: np.ndarray, high: np.ndarray) -> int | None:
+    """The first index from which every interval [low, high] excludes 0 (None when the last one does not)."""
+    excludes = (low > 0) | (high < 0)
+    if not excludes[-1]:
+        return None
+    k = len(excludes)
+    while k > 0 and excludes[k - 1]:
+        k -= 1
+    return k
+
+
+def layer_matrix(depth: pd.DataFrame, readout: str, cell: str, lens: str = LENSES[0]) -> pd.DataFrame:
+    """Scenarios x layers: p_violating through `lens` averaged over option orders."""
+    d = depth[(depth.readout == readout) & (depth.cell == cell) & (depth.lens == lens)]
+    return d.groupby(["scenario_id", "layer"]).p_violating.mean().unstack("layer").sort_index()
+
+
+def paired_columns(depth: pd.DataFrame, lens: str = LENSES[0]) -> tuple[np.ndarray, list, np.ndarray]:
+    """(layers, scenario ids, values [S, 4, layers]: p_D, p_J0, g of the primary cell and E) on the scenarios read
+    in both primary and twin by both readouts at every layer."""
+    primary, twin = DEPTH_CELLS[0], DEPTH_CELLS[1]
+    m = {(r, c): layer_matrix(depth, r, c, lens) for r in (AGENT, JUDGE) for c in (primary, twin)}
+    layers = sorted(set.intersection(*(set(x.columns) for x in m.values()))) if all(len(x) for x in m.values()) else []
+    ids = sorted(set.intersection(*(set(x.dropna(subset=layers).index) for x in m.values()))) if layers else []
+    if not ids:
+        return np.array(layers, dtype=int), [], np.zeros((0, 4, len(layers)))
+    take = {k: x.loc[ids, layers].to_numpy(dtype=float) for k, x in m.items()}
+    g_p = take[(AGENT, primary)] - take[(JUDGE, primary)]
+    g_t = take[(AGENT, twin)] - take[(JUDGE, twin)]
+    values = np.stack([take[(AGENT, primary)], take[(JUDGE, primary)], g_p, g_p - g_t], axis=1)
+    return np.array(layers, dtype=int), ids, values
+
+
+def depth_estimates(depth: pd.DataFrame, rng: np.random.Generator, n_boot: int) -> pd.DataFrame:
+    """depth_layers.csv: one row per layer x quantity (QUANTITIES): value, 95% CI, SE, n scenarios."""
+    layers, ids, values = paired_columns(depth)
+    rows = []
+    if not ids:
+        return pd.DataFrame(columns=["layer", "quantity", "value", "low", "high", "se", "n"])
+    s, q, n_layers = values.shape
+    value, low, high, se = scenario_bootstrap(values.reshape(s, q * n_layers), rng, n_boot)
+    for qi, name in enumerate(QUANTITIES):
+        for li, layer in enumerate(layers):
+            k = qi * n_layers + li
+            rows.append(dict(layer=int(layer), quantity=name, value=value[k], low=low[k], high=high[k], se=se[k], n=s))
+    return pd.DataFrame(rows)
+
+
+def _percentile_bounds(means: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    alpha = (1 - confidence) / 2
+    return np.quantile(means, alpha, axis=0), np.quantile(means, 1 - alpha, axis=0)
+
+
+def departure(excess: np.ndarray, layer_ids, estimates: pd.DataFrame, rng: np.random.Generator,
+              n_outer: int = 1000, n_inner: int = 400, confidence: float = 0.95) -> Departure:
+    """The departure layer of E ([S, layers] per-scenario excess) from its per-layer CIs in `estimates`, and its
+    nested bootstrap CI (module docstring)."""
+    e = estimates[estimates.quantity == "E"].sort_values("layer")
+    point = first_departure(e.low.to_numpy(), e.high.to_numpy()) if len(e) else None
+    layer_ids = np.asarray(layer_ids)
+    s = excess.shape[0]
+    if s < 2:
+        return Departure(None if point is None else int(layer_ids[point]), np.nan, np.nan, np.nan, 0, 0)
+    found = np.full(n_outer, np.nan)
+    for b in range(n_outer):
+        sample = excess[rng.integers(0, s, s)]
+        inner = rng.integers(0, s, (n_inner, s))
+        weights = np.zeros((n_inner, s))
+        np.add.at(weights, (np.arange(n_inner)[:, None], inner), 1.0)
+        lo, hi = _percentile_bounds(weights @ sample / s, confidence)
+        k = first_departure(lo, hi)
+        if k is not None:
+            found[b] = layer_ids[k]
+    p_none = float(np.isnan(found).mean())
+    alpha = (1 - confidence) / 2
+    departed = found[~np.isnan(found)]
+    low = float(np.quantile(departed, alpha)) if len(departed) >= 2 else np.nan
+    high = float(np.inf) if p_none > alpha else (float(np.quantile(departed, 1 - alpha)) if len(departed) >= 2 else np.nan)
+    return Departure(None if point is None else int(layer_ids[point]), low, high, p_none, n_outer, n_inner)
+
+
+def closure_columns(patching: pd.DataFrame, source: str) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
+    """(layers, scenario ids, closed [S, layers]: p_agent - p_patched, gap [S]: p_agent - p_source of the judge
+    patch), each averaged over the patched orders, on the scenarios patched from `source` at every layer."""
+    p = patching[patching.cell == DEPTH_CELLS[0]]
+    judge = p[p.source == PATCH_SOURCES[0]].drop_duplicates(["scenario_id", "order_index"])
+    gap = (judge.p_agent - judge.p_source).groupby(judge.scenario_id).mean()
+    rows = p[p.source == source]
+    closed = (rows.p_agent - rows.p_violating).groupby([rows.scenario_id, rows.layer]).mean().unstack("layer")
+    layers = sorted(closed.columns)
+    ids = sorted(set(closed.dropna().index) & set(gap.dropna().index))
+    return (np.array(layers, dtype=int), ids, closed.loc[ids, layers].to_numpy(dtype=float) if ids else np.zeros((0, len(layers))),
+            gap.loc[ids].to_numpy(dtype=float))
+
+
+def closure_estimates(patching: pd.DataFrame, rng: np.random.Generator, n_boot: int) -> pd.DataFrame:
+    """depth_closure.csv: one row per source x layer: closure (ratio of means), 95% CI, SE, n scenarios, and the
+    mean gap p_D - p_J0 it is a share of."""
+    rows = []
+    for source in PATCH_SOURCES:
+        layers, ids, closed, gap = closure_columns(patching, source)
+        if not ids:
+            continue
+        k = len(layers)
+        cols = np.column_stack([closed, gap])
+        value, low, high, se = scenario_bootstrap(cols, rng, n_boot, combine=lambda sums, k=k: sums[..., :k] / sums[..., k:k + 1])
+        for i, layer in enumerate(layers):
+            rows.append(dict(source=source, layer=int(layer), closure=value[i], low=low[i], high=high[i], se=se[i],
+                             n=len(ids), gap=float(gap.mean())))
+    return pd.DataFrame(rows, columns=["source", "layer", "closure", "low", "high", "se", "n", "gap"])

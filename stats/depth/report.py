@@ -1,0 +1,130 @@
+"""`readout stats` on a depth run: depth_layers.csv/.md, depth_departure.md, depth_closure.csv/.md, and the
+figures depth_excess.png (E by layer with its band, p_D and p_J0 beside it) and depth_closure.png."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from contract.names import PATCH_SOURCES
+from contract.tables import DEPTH, PATCHING
+from stats.core.figures import BAND, MEASURE, NULL, new_figure, save
+from stats.core.output import md_section, write_table
+from stats.core.seeding import rng_for
+from stats.core.tables import read_table
+from stats.depth.compute import Departure, closure_estimates, departure, depth_estimates, paired_columns
+from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
+
+DEFINITIONS = (
+    "E(l): the paired excess (p_D - p_J0) primary - twin at layer l, each read through the logit lens (final norm, "
+    "then the head in fp32), on scenarios read in both cells; the departure layer is the first layer from which E's 95% "
+    "CI excludes 0 at every later layer. Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
+    "replacing the agent's read-position residual after layer l closes, a ratio of means over scenarios. "
+    "Definitions: docs/depth.md (this project's extension; neither paper reads below the last layer).")
+SOURCE_COLOURS = dict(zip(PATCH_SOURCES, (MEASURE, BAND, NULL)))
+
+
+def is_depth_run(run_dir) -> bool:
+    return (Path(run_dir) / DEPTH.file).is_file()
+
+
+def analyze_depth(run_dir, seed: int = 0, n_boot: int = 10_000, n_outer: int = 1000, n_inner: int = 400):
+    """(per-layer estimates, departure, closure estimates) of a run directory holding depth.parquet."""
+    run_dir = Path(run_dir)
+    depth = read_table(run_dir / DEPTH.file, DEPTH)
+    layers = depth_estimates(depth, rng_for(seed, "depth", "layers"), n_boot)
+    ids_layers, ids, values = paired_columns(depth)
+    dep = departure(values[:, 3, :], ids_layers, layers, rng_for(seed, "depth", "departure"), n_outer, n_inner)
+    patch_path = run_dir / PATCHING.file
+    patching = read_table(patch_path, PATCHING) if patch_path.is_file() else None
+    closure = closure_estimates(patching, rng_for(seed, "depth", "closure"), n_boot) if patching is not None and len(patching) else None
+    return layers, dep, closure
+
+
+def departure_text(dep: Departure) -> str:
+    if dep.layer is None:
+        where = "no departure: E's 95% CI includes 0 at the last layer"
+    else:
+        where = f"departure layer {dep.layer}"
+    if dep.n_outer:
+        hi = "none" if math.isinf(dep.high) else f"{dep.high:g}"
+        where += (f"; bootstrap CI [{dep.low:g}, {hi}] ({dep.n_outer} outer x {dep.n_inner} inner resamples, "
+                  f"{dep.p_none:.1%} of them without a departure)")
+    return where
+
+
+def excess_figure(layers: pd.DataFrame, dep: Departure, path: Path) -> Path:
+    fig, (ax_e, ax_p) = new_figure(9.5, 3.6, 2)
+    for ax, names in ((ax_e, ("E",)), (ax_p, ("p_D", "p_J0"))):
+        for name, colour in zip(names, (MEASURE, BAND)):
+            d = layers[layers.quantity == name].sort_values("layer")
+            ax.plot(d.layer, d.value, color=colour, marker="o", ms=3, label=name)
+            ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
+        ax.set_xlabel("layer (0: embeddings; logit lens)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_e.axhline(0, color=NULL, lw=0.8)
+    if dep.layer is not None:
+        ax_e.axvline(dep.layer, color=BAND, ls="--", lw=1, label=f"departure ({dep.layer})")
+    n = int(layers.n.iloc[0]) if len(layers) else 0
+    ax_e.set_title(f"paired excess E by layer, 95% CI ({n} scenarios)", fontsize=9)
+    ax_e.set_ylabel("E = (p_D - p_J0) primary - twin")
+    ax_p.set_title("primary cell: p_D and p_J0 by layer", fontsize=9)
+    ax_p.set_ylabel("violating mass (normalized)")
+    ax_p.set_ylim(-0.02, 1.02)
+    for ax in (ax_e, ax_p):
+        ax.legend(fontsize=7, frameon=False)
+    return save(fig, path)
+
+
+def closure_figure(closure: pd.DataFrame, path: Path) -> Path:
+    fig, (ax,) = new_figure(5.5, 3.6)
+    for source in PATCH_SOURCES:
+        d = closure[closure.source == source].sort_values("layer")
+        if len(d):
+            colour = SOURCE_COLOURS[source]
+            ax.plot(d.layer, d.closure, color=colour, marker="o", ms=3, label=f"{source} (n={int(d.n.iloc[0])})")
+            ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
+    for y in (0.0, 1.0):
+        ax.axhline(y, color=NULL, lw=0.8, ls=":" if y else "-")
+    gap = closure.gap.iloc[0] if len(closure) else float("nan")
+    ax.set_title(f"share of p_D - p_J0 (mean {gap:.3f}) closed by the patch", fontsize=9)
+    ax.set_xlabel("patched layer (agent read position)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("closure")
+    ax.legend(fontsize=7, frameon=False)
+    return save(fig, path)
+
+
+def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000) -> list[str]:
+    """Write the depth tables and figures of one run into `out_dir` (default RUN_DIR/stats); the summary lines."""
+    layers, dep, closure = analyze_depth(run_dir, seed, n_boot)
+    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "stats"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in DEPTH_OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    written = []
+    write_table(layers, out, "depth_layers", "Through depth: p_D, p_J0, g (primary) and E by layer (logit lens)")
+    written.append("depth_layers.csv")
+    lines = [f"depth: {departure_text(dep)}"]
+    if len(layers):
+        excess_figure(layers, dep, out / DEPTH_FIGURES[0])
+        written.append(DEPTH_FIGURES[0])
+    if closure is not None and len(closure):
+        write_table(closure, out, "depth_closure", "Patch closure by layer and source")
+        closure_figure(closure, out / DEPTH_FIGURES[1])
+        written += ["depth_closure.csv", DEPTH_FIGURES[1]]
+        # At the last layer the judge patch is the judge's own read (closure 1 by construction): left out here.
+        best = closure[(closure.source == PATCH_SOURCES[0]) & (closure.layer < closure.layer.max())]
+        if len(best):
+            top = best.loc[best.closure.idxmax()]
+            lines.append(f"depth: below the last layer the judge patch closes at most {top.closure:.3f} "
+                         f"[{top.low:.3f}, {top.high:.3f}] of p_D - p_J0 (mean {top.gap:.3f}), at layer {int(top.layer)}")
+    body = "\n".join(f"- {line.removeprefix('depth: ')}" for line in lines) + "\n\n" + DEFINITIONS
+    (out / DEPTH_MARKDOWN).write_text(md_section("Through depth (logit lens)", body))
+    lines.append(f"depth: wrote {', '.join([*written, DEPTH_MARKDOWN])} to {out}")
+    return lines
+
+

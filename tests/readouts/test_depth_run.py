@@ -1,0 +1,154 @@
+"""The depth readout end to end on a tiny model, against references computed here from a plain forward: every
+depth row's letter mass from `output_hidden_states` through the model's norm and head, and every patched row from
+a forward with a hand-written hook carrying the source prompt's hidden state."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+import torch
+
+from contract.tables import DEPTH, PATCHING
+from engine.render import encode_prompt
+from panels.frames import render
+from panels.schema import load_panel
+from readouts.driver import ModelOptions, RunOptions
+from readouts.driver import run as run_study
+from readouts.gap import profile as gap_profile
+from readouts.gap.recipe import prompt_of
+from readouts.gap.study import GapStudy, parse_readouts
+from tests.conftest import get_model
+
+MODEL = "tiny-llama3"
+DEPTH_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="depth-test", max_units=4,
+                                    orders={"D": 2, "J0": 2, "control": 1, "raw": 1}, chunk_size=4, patch_orders=1)
+FRAME_OF = {"D": "agent", "J0": "judge_letter"}
+
+
+@pytest.fixture(scope="module")
+def depth_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("depth") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(gap_profile.PROFILES, DEPTH_PROFILE.name, DEPTH_PROFILE)
+        run_study(GapStudy(readouts="D,J0,depth"), RunOptions(model=ModelOptions(MODEL), profile=DEPTH_PROFILE.name,
+                                                            limit=4, out=str(out), progress=False), log=lambda _: None)
+    return out
+
+
+def _perm(scenario, order_ids):
+    index = {o.id: i for i, o in enumerate(scenario.options)}
+    return tuple(index[o] for o in order_ids.split(","))
+
+
+def _ids(lm, scenario, frame, cell, order_ids, perm=None):
+    perm = _perm(scenario, order_ids) if perm is None else perm
+    r = render(scenario, frame, cell, perm, DEPTH_PROFILE.frames)
+    return encode_prompt(lm.tokenizer, prompt_of(r)), r
+
+
+def _letter_mass(lm, logits, letters):
+    probs = logits.float().softmax(-1)
+    return [float(sum(probs[t] for t in ids)) for ids in lm.letters(tuple(letters)).token_ids]
+
+
+def _states(model, ids):
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([list(ids)]), output_hidden_states=True, use_cache=False)
+    return out
+
+
+def test_depth_rows_equal_the_lens_of_a_plain_forward(depth_run):
+    lm = get_model(MODEL)
+    model = lm.model
+    panel = {s.id: s for s in load_panel("gap-v2").records}
+    df = pd.read_parquet(depth_run / DEPTH.file)
+    DEPTH.check(df, "depth")
+    assert set(df.readout) == {"D", "J0"} and set(df.cell) >= {"primary", "twin"}
+    n = model.config.num_hidden_layers
+    assert set(df.layer) == set(range(n + 1)) and df.n_layers.eq(n).all()
+    probes = df.groupby(["scenario_id", "cell", "readout", "order_index"])
+    checked = 0
+    for (sid, cell, readout, _), rows in list(probes)[:6]:
+        ids, _ = _ids(lm, panel[sid], FRAME_OF[readout], cell, rows.order.iloc[0])
+        out = _states(model, ids)
+        for row in rows.itertuples():
+            if row.layer < n:  # hidden_states[n] is already normed: the last depth is the model's own logits
+                with torch.inference_mode():
+                    logits = model.lm_head(model.base_model.norm(out.hidden_states[row.layer][0, -1]))
+            else:
+                logits = out.logits[0, -1]
+            want = _letter_mass(lm, logits, row.letters)
+            assert max(abs(a - b) for a, b in zip(want, row.mass)) < 1e-6, (sid, cell, readout, row.layer)
+            checked += 1
+    assert checked == 6 * (n + 1)
+
+
+def hand_patched_logits(model, ids, layer, vector):
+    """Agent prompt forward with layer `layer`'s output (0: the embeddings') at the last token set to `vector`."""
+    def write(h):
+        h = h.clone()
+        h[0, -1] = vector
+        return h
+
+    module = model.get_input_embeddings() if layer == 0 else model.base_model.layers[layer - 1]
+    handle = module.register_forward_hook(
+        lambda m, a, out: (write(out[0]), *out[1:]) if isinstance(out, tuple) else write(out))
+    try:
+        with torch.inference_mode():
+            return model(input_ids=torch.tensor([list(ids)]), use_cache=False).logits[0, -1]
+    finally:
+        handle.remove()
+
+
+def test_patch_rows_equal_a_hand_patched_forward(depth_run):
+    lm = get_model(MODEL)
+    model = lm.model
+    n = model.config.num_hidden_layers
+    panel = {s.id: s for s in load_panel("gap-v2").records}
+    df = pd.read_parquet(depth_run / PATCHING.file)
+    PATCHING.check(df, "patching")
+    assert set(df.source) == {"judge", "twin_agent", "foreign_judge"} and set(df.cell) == {"primary"}
+    assert set(df.layer) == set(range(n + 1))
+    foreign = df[df.source == "foreign_judge"]
+    assert (foreign.source_scenario_id != foreign.scenario_id).all()
+    for row in df[df.layer < n].itertuples():
+        agent_ids, _ = _ids(lm, panel[row.scenario_id], "agent", "primary", row.order)
+        source = panel[row.source_scenario_id]
+        frame, cell = ("agent", "twin") if row.source == "twin_agent" else ("judge_letter", "primary")
+        # The same order (option indices) applied to the source's options.
+        source_ids, _ = _ids(lm, source, frame, cell, None, perm=_perm(panel[row.scenario_id], row.order))
+        assert len(source.options) == len(panel[row.scenario_id].options)
+        vector = _states(model, source_ids).hidden_states[row.layer][0, -1]
+        want = _letter_mass(lm, hand_patched_logits(model, agent_ids, row.layer, vector), row.letters)
+        assert max(abs(a - b) for a, b in zip(want, row.mass)) < 1e-6, (row.scenario_id, row.source, row.layer)
+        plain = _letter_mass(lm, _states(model, agent_ids).logits[0, -1], row.letters)
+        v = row.letters.index(row.violating_letter)
+        assert abs(plain[v] / sum(plain) - row.p_agent) < 1e-6
+    # At the last depth the patched read is the source's own read.
+    last = df[df.layer == n]
+    assert (last.p_violating - last.p_source).abs().max() < 1e-5
+
+
+def test_depth_is_a_readouts_token():
+    assert parse_readouts("depth", chat=True) == ("D", "J0", "raw", "control")
+    assert parse_readouts("D,depth", chat=True) == ("D",)
+    assert parse_readouts("depth", chat=False) == ("raw",)
+    assert GapStudy(readouts="D,depth").tables[-2:] == (DEPTH.name, PATCHING.name)
+    assert GapStudy(readouts="D").tables == GapStudy().tables
+
+
+def test_readout_stats_and_report_on_a_depth_run(depth_run, tmp_path):
+    from readouts.report import write_report
+    from stats.depth.names import DEPTH_FIGURES, DEPTH_TABLES
+    from stats.depth.report import run_depth_report
+
+    lines = run_depth_report(depth_run, out_dir=depth_run / "stats", n_boot=200)
+    assert any(line.startswith("depth: wrote") for line in lines)
+    for name in (*DEPTH_FIGURES, *DEPTH_TABLES):
+        assert (depth_run / "stats" / name).is_file(), name
+    out = tmp_path / "report.html"
+    write_report([str(depth_run)], out, max_items=1)
+    html = out.read_text()
+    assert "Through depth: " in html and 'data-kind="depth"' in html
+    depth_part = html[html.index('data-kind="depth"'):]
+    assert all(name in depth_part for name in (*DEPTH_FIGURES, *DEPTH_TABLES))

@@ -1,0 +1,163 @@
+"""stats/depth on planted depth and patching tables, against a numpy recomputation written here: E by layer is
+the paired excess (not the unpaired difference), the departure layer is where the planted excess starts, a
+planted null has none, and closure is a ratio of means (not a mean of ratios)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contract.tables import DEPTH, PATCHING
+from stats.core.seeding import rng_for
+from stats.depth.compute import closure_estimates, departure, depth_estimates, first_departure, paired_columns
+from stats.depth.report import run_depth_report
+
+LAYERS = 8
+
+
+def planted_depth(n=40, start=5, effect=0.3, noise=0.02, seed=0, orders=2, drop_twin=()):
+    """D/J0 x primary/twin x orders x layers; the agent's primary violating mass rises by `effect` from layer
+    `start` on (E planted there), the judge and the twins stay put."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(n):
+        base = rng.uniform(0.1, 0.3)
+        for cell in ("primary", "twin"):
+            if cell == "twin" and s in drop_twin:
+                continue
+            for readout, frame in (("D", "agent"), ("J0", "judge_letter")):
+                for k in range(orders):
+                    for layer in range(LAYERS + 1):
+                        p = base + (effect if (readout == "D" and cell == "primary" and layer >= start) else 0.0)
+                        p = float(np.clip(p + rng.normal(0, noise), 0, 1))
+                        rows.append(dict(model="m", scenario_id=f"s{s:02d}", family="F1", cell=cell, order_index=k,
+                                         order="a,b", letters="AB", violating_letter="A", readout=readout, frame=frame,
+                                         layer=layer, n_layers=LAYERS, lens="logit", mass=[p, 1 - p], letter_mass=1.0,
+                                         p_violating=p))
+    return DEPTH.frame(rows)
+
+
+def hand_excess(df):
+    """E per layer by loops: per scenario and cell, the order mean of D minus that of J0; primary minus twin;
+    the mean over scenarios having both cells."""
+    out = {}
+    for layer in range(LAYERS + 1):
+        d = df[df.layer == layer]
+        per = {}
+        for (sid, cell, readout), g in d.groupby(["scenario_id", "cell", "readout"]):
+            per[(sid, cell, readout)] = g.p_violating.mean()
+        ids = {sid for sid, cell, _ in per if cell == "twin"}
+        out[layer] = np.mean([(per[(s, "primary", "D")] - per[(s, "primary", "J0")])
+                              - (per[(s, "twin", "D")] - per[(s, "twin", "J0")]) for s in sorted(ids)])
+    return out
+
+
+def test_excess_by_layer_is_the_paired_excess():
+    df = planted_depth(n=12, drop_twin=(0, 1, 2), effect=0.3)
+    est = depth_estimates(df, rng_for(0, "t"), 500)
+    e = est[est.quantity == "E"].set_index("layer")
+    want = hand_excess(df)
+    for layer, value in want.items():
+        assert e.loc[layer, "value"] == pytest.approx(value, abs=1e-12)
+    assert (e.n == 9).all()
+    # The misreading (mean g over every primary minus mean g over every twin, unpaired) differs here.
+    d = df[df.layer == LAYERS]
+    per = d.groupby(["scenario_id", "cell", "readout"]).p_violating.mean().unstack("readout")
+    g = (per.D - per.J0).unstack("cell")
+    unpaired = g.primary.mean() - g.twin.dropna().mean()
+    assert abs(unpaired - e.loc[LAYERS, "value"]) > 1e-3
+
+
+def test_departure_layer_recovers_the_planted_start():
+    # Each null layer's 95% CI covers 0 with probability 0.95, all five with about 0.77: a seed where they do (a
+    # null layer excluding 0 next to the effect would move the departure, as the definition says it should).
+    df = planted_depth(n=40, start=5, effect=0.25, seed=1)
+    est = depth_estimates(df, rng_for(0, "layers"), 2000)
+    e = est[est.quantity == "E"].sort_values("layer")
+    assert (e[e.layer < 5].low < 0).all() and (e[e.layer < 5].high > 0).all()  # CI covers 0 below the start
+    assert (e[e.layer >= 5].low > 0.2).all()
+    layers, _, values = paired_columns(df)
+    dep = departure(values[:, 3, :], layers, est, rng_for(0, "dep"), n_outer=200, n_inner=200)
+    assert dep.layer == 5
+    assert dep.low <= 5 <= dep.high and dep.p_none == 0
+
+
+def test_planted_null_has_no_departure():
+    df = planted_depth(n=30, effect=0.0)
+    est = depth_estimates(df, rng_for(1, "layers"), 2000)
+    layers, _, values = paired_columns(df)
+    dep = departure(values[:, 3, :], layers, est, rng_for(1, "dep"), n_outer=100, n_inner=200)
+    assert dep.layer is None and dep.p_none > 0.5
+
+
+def test_first_departure_needs_every_later_layer():
+    lo, hi = np.array([-1, 1, -1, 1, 1.0]), np.array([1, 2, 1, 2, 2.0])
+    assert first_departure(lo, hi) == 3  # layer 1 excludes 0 but layer 2 does not
+    assert first_departure(np.array([-1, 1, -1.0]), np.array([1, 2, 1.0])) is None
+    assert first_departure(np.array([-2, -2.0]), np.array([-1, -1.0])) == 0  # negative excess departs too
+
+
+def planted_patching(gaps, closes, layers=(0, 4, 8), start=4):
+    """Per scenario, agent mass 0.2 + gap, judge read 0.2; the judge patch closes `closes[s]` of the gap (in mass)
+    from layer `start`, the foreign patch nothing."""
+    rows = []
+    for s, (gap, close) in enumerate(zip(gaps, closes)):
+        for source in ("judge", "twin_agent", "foreign_judge"):
+            for layer in layers:
+                shut = close if (source == "judge" and layer >= start) else 0.0
+                rows.append(dict(model="m", scenario_id=f"s{s}", family="F1", cell="primary", order_index=0, order="a,b",
+                                 letters="AB", violating_letter="A", layer=layer, n_layers=layers[-1], source=source,
+                                 source_scenario_id=f"s{s}", mass=[0.0, 0.0], letter_mass=1.0,
+                                 p_violating=0.2 + gap - shut, p_agent=0.2 + gap, p_source=0.2))
+    return PATCHING.frame(rows)
+
+
+def test_closure_is_a_ratio_of_means():
+    gaps, closes = [0.5, 0.01], [0.5, 0.02]
+    c = closure_estimates(planted_patching(gaps, closes), rng_for(0, "c"), 200).set_index(["source", "layer"])
+    want = sum(closes) / sum(gaps)  # 1.0196...; the mean of ratios would be 1.5
+    assert c.loc[("judge", 8), "closure"] == pytest.approx(want, abs=1e-12)
+    assert abs(c.loc[("judge", 8), "closure"] - np.mean(np.array(closes) / np.array(gaps))) > 0.4
+    assert c.loc[("judge", 0), "closure"] == pytest.approx(0.0, abs=1e-12)
+    assert c.loc[("foreign_judge", 8), "closure"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_closure_ci_covers_the_planted_share():
+    rng = np.random.default_rng(4)
+    gaps = rng.uniform(0.2, 0.6, 40)
+    closes = gaps * (0.6 + rng.normal(0, 0.05, 40))
+    c = closure_estimates(planted_patching(gaps, closes), rng_for(0, "c"), 2000)
+    row = c[(c.source == "judge") & (c.layer == 8)].iloc[0]
+    assert row.low < 0.6 < row.high and row.high - row.low < 0.1
+
+
+def test_readout_stats_writes_depth_tables_and_figures(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    planted_depth(n=15, seed=1, effect=0.4).to_parquet(run / DEPTH.file)
+    planted_patching([0.3] * 15, [0.2] * 15).to_parquet(run / PATCHING.file)
+    lines = run_depth_report(run, seed=0, n_boot=300)
+    out = run / "stats"
+    for name in ("depth_layers.csv", "depth_departure.md", "depth_closure.csv", "depth_excess.png", "depth_closure.png"):
+        assert (out / name).is_file(), name
+    assert any("departure layer 5" in line for line in lines)
+    layers = pd.read_csv(out / "depth_layers.csv")
+    assert set(layers.quantity) == {"p_D", "p_J0", "g", "E"}
+
+
+def test_compare_overlays_each_runs_curves(tmp_path):
+    from stats.depth.compare import depth_compare
+
+    for name, start in (("sft", 6), ("final", 3)):
+        run = tmp_path / name
+        run.mkdir()
+        planted_depth(n=12, start=start, effect=0.4, seed=1).to_parquet(run / DEPTH.file)
+        planted_patching([0.3] * 12, [0.2] * 12).to_parquet(run / PATCHING.file)
+    out = tmp_path / "cmp"
+    lines = depth_compare([tmp_path / "sft", tmp_path / "final"], out, {str(tmp_path / "final"): "m:final"}, n_boot=200)
+    assert lines and (out / "depth_compare.png").is_file()
+    curves = pd.read_csv(out / "depth_compare.csv")
+    assert set(curves.run) == {"sft", "m:final"} and set(curves.curve) == {"E", "closure"}
+    e = curves[curves.curve == "E"].pivot(index="layer", columns="run", values="value")
+    want = {run: hand_excess(planted_depth(n=12, start=s, effect=0.4, seed=1)) for run, s in (("sft", 6), ("m:final", 3))}
+    for run, values in want.items():
+        assert np.allclose(e[run].to_numpy(), [values[k] for k in sorted(values)], atol=1e-12)
