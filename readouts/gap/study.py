@@ -63,13 +63,33 @@ class GapStudy:
 
     def prepare(self, lm, panel, records, profile) -> dict:
         self.panel_name = panel.name
+        if getattr(lm, "served", False):
+            return self._prepare_served(records)
         self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
         letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
         return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
 
+    def _prepare_served(self, records) -> dict:
+        """A served chat model: the chat groups only, exact first-token probabilities (no --sample)."""
+        from engine.served import READ_FORMS
+        from readouts.gap.served import SERVED_GROUPS
+
+        if self.sample:
+            raise ReadoutError("--sample: not available on a served model (its first-token readouts are read from top-k logprobs)")
+        chosen = parse_readouts(self.readouts, True) if self.readouts else SERVED_GROUPS
+        bad = [g for g in chosen if g not in SERVED_GROUPS]
+        if bad:
+            raise ReadoutError(f"--readouts: {','.join(bad)} not available on a served model (raw frames need no chat "
+                               f"template); choose among {','.join(SERVED_GROUPS)}")
+        self.groups = tuple(chosen)
+        letters = "ABCDE"[: max(len(s.options) for s in records)]
+        return {"letters": {L: [f.format(L=L) for f in READ_FORMS] for L in letters}, "readouts": list(self.groups),
+                "sample": False}
+
     def check_lengths(self, lm, records, profile) -> None:
-        """Every frame of every cell read, with the tokens it may generate, fits the model's context."""
-        if lm.max_positions is None:
+        """Every frame of every cell read, with the tokens it may generate, fits the model's context (a served
+        model's server checks its own)."""
+        if getattr(lm, "served", False) or lm.max_positions is None:
             return
         for s in records:
             for cell in cells_read(s, profile):
@@ -91,6 +111,10 @@ class GapStudy:
         return reads_per_scenario(record, profile, self.groups)
 
     def runner(self, lm, profile, seed, options, bar):
+        if getattr(lm, "served", False):
+            from readouts.gap.served import ServedGapRunner
+
+            return ServedGapRunner(lm, profile, self.groups, seed, self.panel_name, options.model.model, progress=bar)
         return GapRunner(lm, profile, self.groups, seed, self.sample, self.panel_name,
                          options.model.model, progress=bar, token_budget=options.model.token_budget)
 
