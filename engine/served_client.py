@@ -137,8 +137,9 @@ class Client:
         raise ServedError(f"{self.url}{path}: no usable reply after {self.settings.retries + 1} tries ({last}); "
                           "finished requests are cached: the same command resumes")
 
-    def chat(self, body: dict, sample: int) -> dict:
-        """The reply to one chat-completion body, from the cache when it holds it."""
+    def chat(self, body: dict, sample: int, accept=None) -> dict:
+        """The reply to one chat-completion body, from the cache when it holds it. A reply `accept(reply)`
+        refuses is returned but not cached (a rerun asks again)."""
         key = cache_key(self.model, self.url, body, sample)
         hit = self.cache.get(key)
         if hit is not None:
@@ -148,10 +149,11 @@ class Client:
         reply = self.request("/chat/completions", body)
         if not isinstance(reply, dict) or "choices" not in reply:
             raise ServedError(f"{self.url}/chat/completions: the reply has no 'choices' ({str(reply)[:80]})")
-        self.cache.put(key, body, reply)
+        if accept is None or accept(reply):
+            self.cache.put(key, body, reply)
         return reply
 
-    def chat_many(self, items: Sequence[tuple[dict, int]], on_done=None) -> list[dict]:
+    def chat_many(self, items: Sequence[tuple[dict, int]], on_done=None, accept=None) -> list[dict]:
         """Replies to (body, sample) pairs, `settings.concurrency` at a time, in order. The first failure
         stops the rest (replies already received are in the cache)."""
         if not items:
@@ -159,7 +161,7 @@ class Client:
         out: list[dict | None] = [None] * len(items)
 
         def one(i):
-            out[i] = self.chat(*items[i])
+            out[i] = self.chat(*items[i], accept=accept)
             if on_done is not None:
                 on_done(1)
 

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from contract.metadata import METADATA, encode_metadata
-from contract.readouts import FIRST_TOKEN, ReadoutSpec
+from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from contract.tables import PAIRED_TOKENS, PROMPT_TEXT
 from engine.anchor import find_anchor
 from engine.sampling import derive_seed
@@ -33,8 +33,9 @@ from readouts.gap.aggregate import scenario_rows
 from readouts.gap.profile import cells_read, rollouts
 from readouts.gap.recipe import Read, answer_forms, orders_for, stages
 
-SERVED_GROUPS = ("D", "J", "J0", "control", "dose")
-"""The readout groups a served chat model is read in (raw frames need a completion endpoint without a template)."""
+SERVED_GROUPS = tuple(dict.fromkeys(s.group for s in READOUTS if not s.frames[0].startswith("raw_")))
+"""The readout groups a served chat model is read in: all but the raw frames' (they need a completion endpoint
+without a chat template)."""
 
 
 def messages_of(rendered) -> list[dict]:
