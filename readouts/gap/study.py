@@ -131,7 +131,8 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
     key = ["scenario_id", "family", "cell"]
     m = d[key + ["p_violating"]].merge(j[key + ["p_violating"]], on=key, suffixes=("_D", "_J"))
     m["g"] = m.p_violating_D - m.p_violating_J
-    wide = m.pivot_table(index=["scenario_id", "family"], columns="cell", values=["p_violating_D", "p_violating_J", "g"])
+    wide = m.pivot_table(index=["scenario_id", "family"], columns="cell", values=["p_violating_D", "p_violating_J", "g"],
+                         dropna=False)  # a served run can hold all-NaN columns (letters outside the top k)
     lines = ["family  n    p_D    p_J    p_D(twin) p_J(twin) g      g(twin) E(raw, unscreened)"]
     groups = list(wide.groupby(level="family")) + [("all", wide)]
     for fam, w in groups:
