@@ -232,6 +232,10 @@ class ServedModel:
             raise ServedError(f"{self.spec.url}: model {self.spec.name!r} returns no logprobs; the letter and continuous "
                               "readouts need top-k logprobs (use a server that returns them, e.g. vLLM or llama.cpp)")
 
+    def read_params(self) -> dict:
+        """The parameters of every read request (recorded in the manifest)."""
+        return {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": self.spec.top_logprobs}
+
     def manifest(self) -> dict:
         """What the run manifest records of the endpoint (never the key)."""
         return {"url": self.spec.url, "key_env": self.spec.key_env, "served_ids": sorted(self.served_ids),

@@ -64,12 +64,12 @@ class GapStudy:
     def prepare(self, lm, panel, records, profile) -> dict:
         self.panel_name = panel.name
         if getattr(lm, "served", False):
-            return self._prepare_served(records)
+            return self._prepare_served(lm, records, profile)
         self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
         letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
         return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
 
-    def _prepare_served(self, records) -> dict:
+    def _prepare_served(self, lm, records, profile) -> dict:
         """A served chat model: the chat groups only, exact first-token probabilities (no --sample)."""
         from engine.served import READ_FORMS
         from readouts.gap.served import SERVED_GROUPS
@@ -83,8 +83,12 @@ class GapStudy:
                                f"template); choose among {','.join(SERVED_GROUPS)}")
         self.groups = tuple(chosen)
         letters = "ABCDE"[: max(len(s.options) for s in records)]
+        generation = {"rollout 0": {"temperature": 0.0, "top_p": 1.0},
+                      "rollouts 1..n": {"temperature": profile.temperature, "top_p": profile.top_p},
+                      "max_tokens": "the readout's budget (profile)", "seed": "derive_seed(run seed, scenario, cell, readout, frame, rollout)"}
         return {"letters": {L: [f.format(L=L) for f in READ_FORMS] for L in letters}, "readouts": list(self.groups),
-                "sample": False}
+                "sample": False, "served_requests": {"generation": generation,
+                                                     "reads": {**lm.read_params(), "assistant_prefill": "the text up to the anchor"}}}
 
     def check_lengths(self, lm, records, profile) -> None:
         """Every frame of every cell read, with the tokens it may generate, fits the model's context (a served

@@ -184,7 +184,11 @@ class NsiStudy:
                     "decision_prefix": DECISION_PREFIX, "continuous_settings": [
                         {"temperature": 1.0, "top_p": 1.0, "columns": "p_agree"},
                         {"temperature": profile.temperature, "top_p": profile.top_p, "columns": "p_agree_tempered",
-                         "over": "the top k"}], "sample": True}
+                         "over": "the top k"}], "sample": True,
+                    "served_requests": {"replies": {"sample 0": {"temperature": 0.0, "top_p": 1.0},
+                                                    "samples 1..n": {"temperature": profile.temperature, "top_p": profile.top_p},
+                                                    "max_tokens": profile.budget, "seed": "derive_seed(run seed, dilemma, framing, sample)"},
+                                        "continuous": {**lm.read_params(), "assistant_prefill": DECISION_PREFIX}}}
         if lm.facts.chat_template_sha256 is None:
             raise ReadoutError(f"--model: {lm.facts.name} has no chat template; the JSON-schema prompt is a chat prompt")
         self.words = decision_words(lm.tokenizer)
