@@ -120,6 +120,7 @@ class FaultProxy:
         self.stall_after: int | None = None
         self.release = threading.Event()
         self.stalled = threading.Event()
+        self.stalled_count = 0
         self.lock = threading.Lock()
         proxy = self
 
@@ -145,8 +146,10 @@ class FaultProxy:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 if proxy.stall_after is not None and raw is not None and number > proxy.stall_after:
+                    with proxy.lock:
+                        proxy.stalled_count += 1
                     proxy.stalled.set()
-                    proxy.release.wait(30)
+                    proxy.release.wait(60)
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import pandas as pd
@@ -108,10 +109,11 @@ def test_killed_run_resumes_without_sending_a_request_twice(server, proxy, tmp_p
     env = {**os.environ, "SERVED_TEST_KEY": KEY_VALUE}
     proc = subprocess.Popen([sys.executable, "-m", "readouts", "nsi", *args, *QUICK_NSI], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert proxy.stalled.wait(120), "the run never reached the stall"
-    import time
-
-    time.sleep(0.5)  # the replies already received are written to the cache
+    deadline = time.time() + 120
+    while proxy.stalled_count < 2 and time.time() < deadline:  # both workers held: nothing is in flight upstream
+        time.sleep(0.05)
+    assert proxy.stalled_count == 2, "the run never reached the stall"
+    time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (tmp_path / "run" / "nsi_replies.parquet").exists()
