@@ -18,8 +18,7 @@ from engine.sampling import derive_seed
 from engine.served import topk_mass
 from panels.frames import render_polarity
 from readouts.nsi.parse import endorsement, parse_reply
-
-# Imported lazily by the study to keep one definition of the prefix and the word rule.
+from readouts.nsi.study import _share  # NaN when either word is outside the top k
 
 
 def word_match(words, min_start: int):
@@ -97,9 +96,3 @@ class ServedNsiRunner:
     def _count(self, stage: str, n: int, t0: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
         self.counts[stage] = self.counts.get(stage, 0) + n
-
-
-def _share(agree: float, disagree: float) -> float:
-    """P(agree) against disagree; NaN when either is unknown (outside the top k) or neither has mass."""
-    total = agree + disagree
-    return agree / total if total > 0 else float("nan")
