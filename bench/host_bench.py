@@ -10,7 +10,8 @@ at 32 layers with tiny dimensions (the counts depend on the layer count and layo
   as the readouts run them), no stop tokens: every row runs its whole budget.
 - per step: the difference between a run of T2 and one of T1 new tokens, over T2 - T1 (prefill, set-up and
   the final copies cancel). Host time per step likewise (best of --reps, without the counter), on this CPU.
-- `--mode`: which decode path runs (`dynamic`: generate's default; others as the engine offers them).
+- `--modes`: which decode paths run (MODES: `dynamic` is generate's CPU default; `static-check8-gpu-ops` the
+  path CUDA takes by default, whose ops per step a CUDA graph replays in one launch).
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ MODES = {
     "dynamic": ({}, {}),
     # The attention a GPU runs: the explicit products (CPU decoding uses its flash kernel for the prompt part).
     "dynamic-gpu-ops": ({}, {"USE_FLASH_CPU": False}),
+    # CUDA's default (engine.generation STATIC_ON, CHECK_EVERY): static shapes in row-count buckets, the host
+    # looking every 8 steps; run eagerly here, on CUDA each step is one replay of its bucket's captured graph.
+    "static-check8-gpu-ops": ({"static_shapes": True, "check_every": 8}, {"USE_FLASH_CPU": False}),
+    "dynamic-check8-gpu-ops": ({"static_shapes": False, "check_every": 8}, {"USE_FLASH_CPU": False}),
 }
 """Decode paths: generate's keyword arguments and engine.decode switches."""
 
