@@ -20,14 +20,15 @@ left-padded, the prefill cache repeated for each rollout and grown by the model 
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from typing import Sequence
 
 import torch
 
-from engine.batching import cache_token_limit, halving_on_oom, pad_rows, spread_over_devices, token_batches
-from engine.planner import PrefixGroup, chain, plan_prefix_groups, representatives
-from engine.scoring import ScoreStats, _Bounds, _forward_on_nodes, _node_kv, _Tree
+from engine.batching import pad_rows, spread_over_devices
+from engine.prefill import prefill_prompts
+from engine.scoring import ScoreStats
 
 ATTENTION = "logit_readout_cascade"
 """Name of the cascade attention function in transformers' attention interface."""
@@ -36,12 +37,18 @@ CASCADE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "olmo", "olmo2", "ol
 """Architectures whose attention is plain scaled softmax attention over rotary keys through the attention
 interface (no soft-capping, sinks or position biases): the cascade backend decodes them exactly."""
 
+log = logging.getLogger(__name__)
 _registered = False
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 CUDA_GRAPHS = True
 """Static-shape decoding on CUDA replays its step as a CUDA graph (False: the same static steps, eager)."""
 USE_FLASH_CPU = True
 """Decode on CPU through the flash kernel where it applies (False: the explicit attention everywhere; for checks)."""
+
+
+def bucket(rows: int) -> int:
+    """The row count a static batch of `rows` rows runs at: the next power of two (one CUDA graph per bucket)."""
+    return 1 << max(0, rows - 1).bit_length()
 
 
 def supports_cascade(model) -> bool:
@@ -103,12 +110,13 @@ class Cascade:
         self.lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
         heads = [p[:-1] for p in self.prompts]
         self.prefill_stats = ScoreStats()
-        self.kp, self.vp = _prefill(model, heads, pad_id, self.device, token_budget, max_rows, share_prefixes, self.prefill_stats)
+        self.kp, self.vp = prefill_prompts(model, heads, pad_id, self.device, token_budget, max_rows, share_prefixes, self.prefill_stats)
         longest = self.kp[0].shape[2] if self.kp else 0
         # Keys a prompt does not have (shorter prompts, padded to the longest) never get weight.
         valid = torch.arange(longest, device=self.device)[None, :] < (self.lengths[:, None] - 1)
         self.prompt_bias = torch.zeros(valid.shape, device=self.device).masked_fill_(~valid, float("-inf"))[:, None, None, :]
-        self.row_prompt = list(row_prompt)
+        self.rows = len(row_prompt)  # the batch's rows; a static batch pads them to its bucket with copies
+        self.row_prompt = list(row_prompt) + [row_prompt[-1]] * ((bucket(len(row_prompt)) - len(row_prompt)) if static else 0)
         self.reach = int(self.lengths.max()) + budget  # beyond the last position any row reaches
         self.fused = (USE_FLASH_CPU and _FLASH_CPU is not None and self.device.type == "cpu" and bool(self.kp)
                       and min(len(p) for p in self.prompts) > 1)
@@ -167,13 +175,17 @@ class Cascade:
 
     def keep(self, rows: Sequence[int]) -> None:
         """Drop every row not in `rows` (indices of the current rows, ascending), and the prompts left without rows."""
-        if self.static:
-            raise RuntimeError("a static-shape batch keeps its rows")
-        idx = torch.tensor(list(rows), device=self.device)
+        rows = list(rows)
+        self.rows = len(rows)
+        if self.static:  # down to the bucket that holds the rows, padded with copies of the last; a new graph
+            rows = rows + [rows[-1]] * (bucket(len(rows)) - len(rows))
+            self._graph = None
+        idx = torch.tensor(rows, device=self.device)
         used = self.step_index
         for buffers in (self.ks, self.vs):
             for i, old in enumerate(buffers):
-                new = old.new_empty((len(rows),) + old.shape[1:])
+                # A static step reads every slot under a mask: unwritten ones must hold numbers, not garbage.
+                new = (old.new_zeros if self.static else old.new_empty)((len(rows),) + old.shape[1:])
                 new[:, :, :used] = old[idx, :, :used]
                 buffers[i] = new
         self.tokens, self.positions = self.tokens[idx], self.positions[idx]
@@ -207,13 +219,33 @@ class Cascade:
             ]
         return out
 
+    def row_kv(self, row: int, m: int) -> list:
+        """Row `row`'s keys/values of its first `m` generated tokens ([(keys, values) per layer], [1, Hkv, m, D],
+        copies); valid for tokens the steps have fed (own slot j + 1 holds generated token j)."""
+        if m + 1 > self.step_index:
+            raise ValueError(f"row {row}: {m} generated tokens asked, {self.step_index - 1} fed")
+        return [(k[row : row + 1, :, 1 : 1 + m].clone(), v[row : row + 1, :, 1 : 1 + m].clone())
+                for k, v in zip(self.ks, self.vs)]
+
+    def rewind_point(self):
+        """What `rewind` needs to step again from here (the rows and prompts must be the same then)."""
+        return self.step_index, self.positions.clone(), self.tokens.clone()
+
+    def rewind(self, point) -> None:
+        """Back to a `rewind_point`: the next steps feed the same positions again and rewrite the own slots."""
+        self.step_index, positions, tokens = point
+        self.positions, self.tokens = positions.clone(), tokens.clone()
+        if self.static:
+            self.step_t.fill_(max(self.step_index - 1, 0))
+
     # -- one step --------------------------------------------------------------------------------------
     def step(self, tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Run one decoding step: feed `tokens` [R] (None: the prompts' last tokens, the first step) at each
         row's next position; returns the next-token logits [R, V] (fp32)."""
         if tokens is not None:
             self.positions = self.positions + 1
-            self.tokens = tokens
+            pad = len(self.row_prompt) - tokens.shape[0]
+            self.tokens = torch.cat([tokens, tokens[-1:].expand(pad)]) if pad else tokens
         if not self.static:
             logits = self._forward()
             self.step_index += 1
@@ -226,16 +258,17 @@ class Cascade:
             self._positions_in.copy_(self.positions)
             self._graph.replay()
             logits = self._logits_out.clone()
-        else:
+        else:  # the first step of a bucket runs eagerly, then its graph is captured
             logits = self._forward()
-            if self.device.type == "cuda" and self.step_index == 0 and CUDA_GRAPHS:
+            if self.device.type == "cuda" and self.graph_error is None and CUDA_GRAPHS:
                 try:
                     self._capture()
                 except RuntimeError as exc:  # an op the graph cannot hold: the same static steps, run eagerly
                     self._graph, self.graph_error = None, f"{type(exc).__name__}: {exc}"
+                    log.warning("static decoding runs without a CUDA graph: %s", self.graph_error)
                     warnings.warn(f"static decoding runs without a CUDA graph: {self.graph_error}", stacklevel=2)
         self.step_index += 1
-        return logits
+        return logits[: self.rows] if self.rows < logits.shape[0] else logits
 
     def _forward(self, tokens=None, positions=None) -> torch.Tensor:
         tokens = self.tokens if tokens is None else tokens
@@ -324,67 +357,6 @@ class Cascade:
         a = (part_lse - top).exp_()
         out = torch.matmul(weights.to(vs.dtype), vs).float().add_(part * a)
         return out.div_(weights.sum(-1, keepdim=True).add_(a))
-
-
-def _prefill(model, heads, pad_id, device, token_budget, max_rows, share, stats):
-    """Keys/values of the prompts' heads ([P, Hkv, longest, D] per layer, keys and values; zero past a head's
-    end), through the scoring prefix tree: a prefix shared by several heads is computed once, each head's
-    remaining tokens on top of it."""
-    live = [i for i, h in enumerate(heads) if h]
-    if not live:
-        return [], []
-    seqs = [heads[i] for i in live]
-    window = getattr(model.config, "sliding_window", None)
-    if window and 2 * max(len(s) for s in seqs) >= window:
-        share = False  # as in scoring: padded shared prefixes would shift cache positions under a sliding window
-    stats.prompt_tokens += sum(len(s) for s in seqs)
-    held = cache_token_limit(model, device, token_budget)
-    if share:
-        plan = plan_prefix_groups(seqs)
-        tree = _Tree(model, plan, {}, pad_id, device, stats)
-        _node_kv(tree, seqs, representatives(plan), list(range(len(plan))), {}, _Bounds(token_budget, held, max_rows))
-        node_kv = tree.kv
-        forward = lambda rows: _forward_on_nodes(tree, rows, read=False)  # noqa: E731
-    else:
-        plan, node_kv = [PrefixGroup(0, (i,)) for i in range(len(seqs))], {}
-        forward = lambda rows: _plain_kv(model, [tokens for tokens, _ in rows], pad_id, device, stats)  # noqa: E731
-    node_of = {u: k for k, g in enumerate(plan) for u in g.members}
-    items = sorted(node_of.items(), key=lambda it: (len(seqs[it[0]]) - plan[it[1]].prefix_len, len(seqs[it[0]])))
-    cost = lambda it: (len(seqs[it[0]]) - plan[it[1]].prefix_len, len(seqs[it[0]]))  # noqa: E731
-    tails = {}
-    for batch in token_batches(items, cost, token_budget, held, max_rows):
-        rows = [(seqs[u][plan[k].prefix_len:], k) for u, k in batch]
-        kv = halving_on_oom(forward, rows, lambda a, b: a + b, stats)
-        tails.update({u: layers for (u, _), layers in zip(batch, kv)})
-    some = tails[0]
-    longest = max(len(h) for h in heads)
-    kp = [some_k.new_zeros((len(heads), some_k.shape[1], longest, some_k.shape[3])) for some_k, _ in some]
-    vp = [some_v.new_zeros((len(heads), some_v.shape[1], longest, some_v.shape[3])) for _, some_v in some]
-    for u, i in enumerate(live):
-        k = node_of[u]
-        pieces = [(start, node_kv[node]) for node, start in chain(plan, k)] + [(plan[k].prefix_len, tails[u])]
-        for start, layers in pieces:
-            n = layers[0][0].shape[2]
-            for layer, (keys, values) in enumerate(layers):
-                kp[layer][i, :, start : start + n] = keys[0]
-                vp[layer][i, :, start : start + n] = values[0]
-    return kp, vp
-
-
-def _plain_kv(model, rows, pad_id, device, stats):
-    """Keys/values of token rows run from scratch (right-padded, each row's real tokens first), in a cache
-    that keeps every layer whole: transformers' sliding-window cache layers would drop early keys, and with
-    padding the wrong ones."""
-    from transformers import DynamicCache
-
-    ids, mask = pad_rows(rows, pad_id, device)
-    stats.forward_passes += 1
-    stats.computed_tokens += sum(len(r) for r in rows)
-    stats.padded_tokens += ids.numel()
-    cache = DynamicCache()
-    model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return [[(layer.keys[b : b + 1, :, : len(r)], layer.values[b : b + 1, :, : len(r)]) for layer in cache.layers]
-            for b, r in enumerate(rows)]
 
 
 class Dense:

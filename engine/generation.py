@@ -7,13 +7,15 @@ keys/values once (prompts sharing a prefix prefill it once), each row's own toke
 finished rows compacted out. The next token is chosen on the device for all rows at once: argmax for greedy
 rows, and for sampled ones a draw from the tempered top-p nucleus (engine/sampling.py) at a counter-based
 uniform keyed by (prompt seed, rollout index, step), so a rollout's tokens do not depend on which other
-prompts share its batch, on the batch size, or on compaction. Per step the host reads one flag (whether any
-row finished) and, when one did, which rows. On CPU the steps' linear layers run on packed oneDNN weights
-(engine/packed.py).
+prompts share its batch, on the batch size, or on compaction. The host looks at the batch only every few
+steps (engine/steps.py: which rows ended, compaction), reading nothing back in between; on CUDA the steps run
+with static shapes, one captured graph per row-count bucket. On CPU the steps' linear layers run on packed
+oneDNN weights (engine/packed.py).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,7 +24,11 @@ import torch
 from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, pad_rows
 from engine.decode import Cascade, Dense, supports_cascade
 from engine.packed import packed_linears
-from engine.sampling import derive_seed, row_uniforms, sample_tokens, tempered_distribution
+from engine.rowcache import default_limit
+from engine.sampling import derive_seed, tempered_distribution
+from engine.steps import decode_batch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,12 @@ def stop_token_ids(tokenizer, model=None) -> frozenset[int]:
     return frozenset(ids)
 
 
-COMPACT_FRACTION = 1 / 8
-"""Finished rows are dropped from the batch (compaction) once at least this share of its rows, and at least
-one, has finished: the copy of the remaining rows' buffers is then paid back by the steps that follow."""
+STATIC_ON = {"cuda": True}
+"""Devices whose batches decode with static shapes by default (CUDA graphs); elsewhere dynamic shapes (on CPU
+they are faster: no padded rows, no masked slots)."""
+CHECK_EVERY = {"cuda": 8, "cpu": 1}
+"""Steps between the host's looks at a batch, per device: on an accelerator the steps in between queue without
+waiting for it (a finished row steps up to this many times more for nothing); on CPU a look costs nothing."""
 
 
 def generate(
@@ -76,9 +85,11 @@ def generate(
     max_rows: int | None = None,
     on_batch=None,
     prefix_kv: dict | None = None,
-    static_shapes: bool = False,
+    static_shapes: bool | None = None,
     compact: bool = True,
     length_of: Sequence[int | None] | None = None,
+    row_kv=None,
+    check_every: int | None = None,
 ) -> list[list[Rollout]]:
     """Generate `n` rollouts for each prompt (token ids); returns, per prompt, its rollouts in order.
 
@@ -90,12 +101,19 @@ def generate(
     `on_batch(k)` is called with the number of prompts finished after each batch (for progress bars).
     `prefix_kv`, if given a dict, receives each prompt's keys/values ({prompt tuple: [(k, v) per layer]}), so
     that reading letters after the generated text need not run the prompt again (`score_ids(..., known_prefixes=...)`).
-    `static_shapes` decodes every step with the same tensor shapes and buffers (no compaction; on CUDA the
-    step is replayed as a CUDA graph); `compact=False` keeps finished rows in the batch (for checks).
+    `static_shapes` decodes every step with the same tensor shapes and buffers, the rows padded to a bucket (a
+    power of two) that compaction moves down (on CUDA each bucket's step is captured once and replayed as a CUDA
+    graph); None: on CUDA for the cascade backend (STATIC_ON), dynamic shapes elsewhere. `compact=False` keeps
+    finished rows in the batch (for checks).
     `length_of[i] = k` ties prompt i's rollouts to prompt k's: rollout j of prompt i is generated to exactly
     the length of rollout j of prompt k (its stop tokens are masked out while it runs, and it ends at the
     step k's rollout ends, with as many tokens), or to its own budget if that is shorter. Such a rollout is
     never `stopped`. Prompt k must not itself be tied; a tied pair always decodes in one batch.
+    `row_kv`, an engine.rowcache.RowCaches, receives each finished row's own keys/values (and, as with
+    `prefix_kv`, its prompt's), up to its memory limit, so that reading after the anchor runs only what follows
+    them (`score_ids(..., known_prefixes=row_kv)`). The cascade backend only: the dense fallback holds none.
+    `check_every`: the host looks at the batch (rows ended, compaction) every this many steps, none in between
+    (engine/steps.py); None: CHECK_EVERY for the device. The rollouts are the same for any value.
     """
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
@@ -108,8 +126,14 @@ def generate(
     token_budget = token_budget or default_budget
     max_rows = max_rows or default_rows
     cascade = supports_cascade(model)
+    static_shapes = _static(static_shapes, cascade, device)
+    if row_kv is not None:
+        prefix_kv = row_kv if prefix_kv is None else prefix_kv
+        if row_kv.limit_bytes is None:
+            row_kv.limit_bytes = default_limit(model, device)
     settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv, token_budget, max_rows,
-                       cascade, static_shapes, compact and not static_shapes)
+                       cascade, static_shapes, compact, row_kv if cascade else None,
+                       check_every or CHECK_EVERY["cuda" if device.type == "cuda" else "cpu"])
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list[list[Rollout] | None] = [None] * len(prompts)
     # Units: a prompt with the prompts tied to it, kept together through batching and out-of-memory halving.
@@ -133,6 +157,15 @@ def generate(
             if on_batch is not None:
                 on_batch(len(flat))
     return out
+
+
+def _static(asked: bool | None, cascade: bool, device) -> bool:
+    """Whether a batch decodes with static shapes; a fallback to dynamic shapes is logged."""
+    wanted = STATIC_ON.get(device.type, False) if asked is None else asked
+    if wanted and not cascade:
+        log.warning("decoding with dynamic shapes: this model runs on the dense fallback, which has no static path")
+        return False
+    return wanted
 
 
 def _check_ties(length_of, count: int) -> list[int | None]:
@@ -190,92 +223,34 @@ class _Decode:
     """The cascade decode state (engine/decode.py); False: the dense fallback."""
     static: bool = False
     compact: bool = True
+    row_kv: object = None
+    """An engine.rowcache.RowCaches that receives finished rows' own keys/values, or None."""
+    check_every: int = 1
+    """Steps between the host's looks at the batch (engine/steps.py)."""
 
 
 def _generate_batch(model, prompts, seeds, budgets, settings: _Decode, leaders=None):
-    """Decode one batch: every row (prompt x rollout) steps together; a finished row stops counting at once and
-    leaves the batch at the next compaction (once COMPACT_FRACTION of the rows have finished). `leaders[p]`: the
-    batch index of the prompt whose rollouts prompt p's follow in length (`generate`'s `length_of`), or None."""
-    n, temperature, device = settings.n, settings.temperature, settings.device
-    rows = len(prompts) * n
-    leaders = leaders or [None] * len(prompts)
-    lead = [-1 if leaders[r // n] is None else leaders[r // n] * n + r % n for r in range(rows)]  # a row's leader row
-    tied = any(x >= 0 for x in lead)
+    """Decode one batch (engine/steps.py): every row (prompt x rollout) steps together; a finished row stops
+    counting at once and leaves the batch at the next compaction. `leaders[p]`: the batch index of the prompt
+    whose rollouts prompt p's follow in length (`generate`'s `length_of`), or None."""
+    n = settings.n
     distinct: dict[tuple, int] = {}
     for p in prompts:
         distinct.setdefault(tuple(p), len(distinct))
-    row_prompt = [distinct[tuple(prompts[r // n])] for r in range(rows)]
-    greedy = [temperature == 0 or (settings.greedy_first and r % n == 0) for r in range(rows)]
-    max_new = max(budgets)
+    row_prompt = [distinct[tuple(prompts[r // n])] for r in range(len(prompts) * n)]
     backend = Cascade if settings.cascade else Dense
     with torch.inference_mode():
-        state = backend(model, list(distinct), row_prompt, max_new, pad_id=settings.pad_id,
+        state = backend(model, list(distinct), row_prompt, max(budgets), pad_id=settings.pad_id,
                         token_budget=settings.token_budget, max_rows=settings.max_rows, static=settings.static)
-        uniforms = torch.zeros((rows, max_new), dtype=torch.float64)
-        sampled = [r for r in range(rows) if not greedy[r]]
-        if sampled:
-            uniforms[sampled] = row_uniforms([derive_seed(seeds[r // n], r % n) for r in sampled], max_new)
-        uniforms = uniforms.to(device)
-        live = list(range(rows))  # the original row of each row in the batch
-        live_t = torch.arange(rows, device=device)
-        is_greedy = torch.tensor(greedy, device=device)
-        row_budget = torch.tensor([budgets[r // n] for r in range(rows)], device=device)
-        done = torch.zeros(rows, dtype=torch.bool, device=device)
-        stop = torch.tensor(sorted(settings.stop_ids), device=device) if settings.stop_ids else None
-        tokens = torch.zeros((rows, max_new), dtype=torch.long, device=device)
-        lengths, stopped = [0] * rows, [False] * rows
-        if tied:
-            is_tied = torch.tensor([x >= 0 for x in lead], device=device)
-            lead_at = torch.tensor([max(x, 0) for x in lead], device=device)  # the leader's position among live rows
-        logits = state.step()
-        if tied and stop is not None:
-            stop_cols = stop[stop < logits.shape[-1]]
+        tokens, lengths, stopped, greedy, rows_kv = decode_batch(
+            state, prompts, seeds, budgets, settings, leaders or [None] * len(prompts), settings.check_every)
         # Published once the batch has succeeded: a batch that runs out of memory leaves nothing behind
         # for its halves' retry to hold on to.
         published = state.prompt_kv() if settings.prefix_kv is not None else None
-        for step in range(max_new):
-            if tied and stop is not None:  # a tied row may not end its turn: its length is its leader's
-                logits[:, stop_cols] = logits[:, stop_cols].masked_fill(is_tied[:, None], float("-inf"))
-            best = logits.argmax(-1)
-            if all(greedy[r] for r in live):
-                token = best
-            else:
-                token = torch.where(is_greedy, best, sample_tokens(logits, temperature, settings.top_p, uniforms[:, step]))
-            tokens[live_t, step] = token
-            hit_stop = torch.isin(token, stop) if stop is not None else torch.zeros_like(done)
-            ends = (hit_stop | (row_budget <= step + 1)) & ~done
-            if tied:  # a tied row ends with its leader (a leader is never tied, so its own `ends` is final)
-                ends |= is_tied & ends[lead_at] & ~done
-            if bool(ends.any()):
-                ended = ends.nonzero().flatten().tolist()
-                for c, s in zip(ended, hit_stop[ended].tolist()):
-                    r = live[c]
-                    stopped[r], lengths[r] = s, step if s else step + 1
-                if tied:
-                    now = {live[c] for c in ended}
-                    for r in now:
-                        if lead[r] in now:  # ended with its leader: as many tokens as the leader kept
-                            stopped[r], lengths[r] = False, min(step + 1, lengths[lead[r]])
-                done |= ends
-                finished = int(done.sum())
-                if finished == len(live):
-                    break
-                if settings.compact and finished >= max(1.0, COMPACT_FRACTION * len(live)):
-                    keep = (~done).nonzero().flatten()
-                    state.keep(keep.tolist())
-                    live = [live[c] for c in keep.tolist()]
-                    live_t, is_greedy, row_budget = live_t[keep], is_greedy[keep], row_budget[keep]
-                    uniforms, token, done = uniforms[keep], token[keep], done[keep]
-                    if tied:
-                        at = {r: c for c, r in enumerate(live)}
-                        is_tied = is_tied[keep]
-                        lead_at = torch.tensor([at.get(lead[r], 0) for r in live], device=device)
-            if step == max_new - 1:
-                break
-            logits = state.step(token)
-        tokens = tokens.cpu()
     if published is not None:
         settings.prefix_kv.update(published)
+    for r, own in rows_kv.items():
+        settings.row_kv.add_row(tuple(prompts[r // n]), tuple(tokens[r, : own[0][0].shape[2]].tolist()), own)
     return [
         [Rollout(tuple(tokens[r, : lengths[r]].tolist()), stopped[r], greedy[r]) for r in range(p * n, (p + 1) * n)]
         for p in range(len(prompts))

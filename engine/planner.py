@@ -107,11 +107,16 @@ def plan_prefix_groups(
 
 
 def by_known_prefix(seqs, known_prefixes) -> dict[tuple, list[int]]:
-    """Prompts grouped by the longest known prefix they start with (and leave a token after); () = none."""
+    """Prompts grouped by the longest known prefix they start with (and leave a token after); () = none.
+    A store that serves prefixes of its entries too (engine.rowcache.RowCaches) says which with `longest_prefix`."""
+    longest = getattr(known_prefixes, "longest_prefix", None)
     lengths = sorted({len(k) for k in known_prefixes or ()}, reverse=True)
     out: dict[tuple, list[int]] = {}
     for i, s in enumerate(seqs):
-        hit = next((L for L in lengths if L < len(s) and tuple(s[:L]) in known_prefixes), 0)
+        if longest is not None:
+            hit = longest(s)
+        else:
+            hit = next((L for L in lengths if L < len(s) and tuple(s[:L]) in known_prefixes), 0)
         out.setdefault(tuple(s[:hit]), []).append(i)
     return out
 

@@ -71,21 +71,51 @@ def _nucleus_parts(logits: torch.Tensor, temperature: float, top_p: float):
     k = min(NUCLEUS_HEAD, vocab)
     first = True
     while True:
-        # Ranked on the tempered logits themselves, as the warper sorts them (log-probabilities can round
-        # two nearly equal logits into a tie).
-        ids = (scaled if first else scaled[rows]).topk(k, dim=-1).indices
-        probs = (logp if first else logp[rows]).gather(-1, ids).exp()
+        ids, weights, covered = _head(scaled if first else scaled[rows], logp if first else logp[rows], k, top_p)
         first = False
-        cumulative = probs.double().cumsum(-1)  # float32 running sums drift by ~1e-5 over a thousand tokens
-        weights = probs * ((cumulative - probs) < top_p)
-        weights[:, 0] = probs[:, 0]  # the most likely token is always kept
-        covered = cumulative[:, -1] >= top_p
         if k == vocab or bool(covered.all()):
             yield rows, ids, weights
             return
         yield rows[covered], ids[covered], weights[covered]
         rows = rows[~covered]
         k = min(k * NUCLEUS_WIDEN, vocab)
+
+
+def _head(scaled, logp, k: int, top_p: float):
+    """The k most likely tokens of each row (ids [R, k]), their nucleus weights, and whether the head holds the
+    whole nucleus (covered [R])."""
+    # Ranked on the tempered logits themselves, as the warper sorts them (log-probabilities can round
+    # two nearly equal logits into a tie).
+    ids = scaled.topk(k, dim=-1).indices
+    probs = logp.gather(-1, ids).exp()
+    cumulative = probs.double().cumsum(-1)  # float32 running sums drift by ~1e-5 over a thousand tokens
+    weights = probs * ((cumulative - probs) < top_p)
+    weights[:, 0] = probs[:, 0]  # the most likely token is always kept
+    return ids, weights, (cumulative[:, -1] >= top_p) | (k == logp.shape[-1])
+
+
+def _draw(ids, weights, uniforms):
+    """Invert the weights' cumulative distribution, in token-id order, at `uniforms` [R]."""
+    if ids is not None:
+        ids, order = ids.sort(-1)
+        weights = weights.gather(-1, order)
+    cdf = weights.double().cumsum(-1)
+    target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
+    pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+    return pick[:, 0] if ids is None else ids.gather(-1, pick)[:, 0]
+
+
+def sample_tokens_unchecked(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch.Tensor):
+    """`sample_tokens` without a host synchronization: (tokens [R], covered [R]), `covered` whether the row's
+    nucleus lay within its NUCLEUS_HEAD most likely tokens. A covered row's token is `sample_tokens`'s; for the
+    others the caller draws again with `sample_tokens` (engine/steps.py rewinds to its last check)."""
+    if temperature <= 0 or not (0.0 < top_p <= 1.0):
+        raise ValueError(f"sampling needs temperature > 0 and top_p in (0, 1], got T={temperature}, top_p={top_p}")
+    if top_p >= 1.0:
+        return sample_tokens(logits, temperature, top_p, uniforms), torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+    scaled = logits.float() / temperature
+    ids, weights, covered = _head(scaled, scaled.log_softmax(-1), min(NUCLEUS_HEAD, logits.shape[-1]), top_p)
+    return _draw(ids, weights, uniforms), covered
 
 
 def nucleus_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
@@ -107,13 +137,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, unifor
     """
     out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
     for rows, ids, weights in _nucleus_parts(logits, temperature, top_p):
-        if ids is not None:
-            ids, order = ids.sort(-1)
-            weights = weights.gather(-1, order)
-        cdf = weights.double().cumsum(-1)
-        target = uniforms[rows].to(cdf.dtype)[:, None] * cdf[:, -1:]
-        pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
-        out[rows] = pick[:, 0] if ids is None else ids.gather(-1, pick)[:, 0]
+        out[rows] = _draw(ids, weights, uniforms[rows])
     return out
 
 

@@ -18,6 +18,7 @@ from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
+from engine.rowcache import RowCaches
 from engine.sampling import derive_seed
 from engine.scoring import score_ids
 from panels.frames import render
@@ -140,7 +141,8 @@ class GapRunner:
         self._texts = {}  # decoded prompts of this chunk only
         for name, specs in stages(self.groups, self.profile):
             t0 = time.perf_counter()
-            self._known = {}  # prompt caches from this stage's generation, reused to read after the anchor
+            # Prompt caches and the rows' own caches from this stage's generation, reused to read after the anchor.
+            self._known = RowCaches()
             if specs[0].read == FIRST_TOKEN:
                 stage_reads = self._first_token_reads(scenarios, specs[0])
             else:
@@ -196,7 +198,7 @@ class GapRunner:
                 stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
                 top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,
                 seeds=[derive_seed(self.seed, s.id, cell, sp.seeded_as or sp.name, frame) for s, cell, sp, frame, _, _ in part],
-                on_batch=lambda k, n=n: self._tick(k * n), prefix_kv=self._known, length_of=ties,
+                on_batch=lambda k, n=n: self._tick(k * n), row_kv=self._known, length_of=ties,
             )
             for (s, cell, sp, frame, k, r), ids, rolls, tie in zip(part, prompts, generated, ties):
                 for j, rollout in enumerate(rolls):

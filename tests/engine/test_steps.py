@@ -1,0 +1,93 @@
+"""The decode loop with checks every k steps (engine/steps.py): the rollouts (greedy and sampled, stops,
+budgets, tied lengths, compaction) are those of checking every step, on every tiny family and through every
+decode path; a nucleus wider than the draw's head decodes its window again (rewind) to the same tokens; and
+between checks the loop reads nothing back from the device (host-work counter)."""
+
+import pytest
+
+import engine.decode as decode
+import engine.sampling as sampling
+from engine.generation import generate, stop_token_ids
+from engine.hostcount import HostCounter
+from tests.conftest import TINY, get_model
+from tests.engine.test_decode import PATHS, prompts_for, use_path
+
+
+def _run(lm, prompts, **kw):
+    args = dict(max_new_tokens=[11, 4, 9, 7], stop_ids=_stops(lm, prompts), n=3, greedy_first=True,
+                temperature=0.9, top_p=0.9, seeds=[5, 6, 7, 8], length_of=[None, None, 0, None])
+    return generate(lm.model, prompts, **{**args, **kw})
+
+
+def _stops(lm, prompts):
+    """The model's stop tokens and two tokens its free rollouts write early (random tiny models rarely end a
+    turn): some rows stop, at different steps, others run to their budgets."""
+    free = generate(lm.model, prompts, max_new_tokens=6, stop_ids=frozenset(), n=3, temperature=0.9, top_p=0.9,
+                    seeds=[5, 6, 7, 8])
+    return stop_token_ids(lm.tokenizer, lm.model) | {free[0][1].tokens[2], free[3][2].tokens[4]}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_checks_every_k_steps_equal_every_step(name):
+    lm = get_model(name)
+    prompts = prompts_for(lm, 4)
+    every = _run(lm, prompts, check_every=1)
+    assert len({r.stopped for rs in every for r in rs}) == 2
+    for k in (3, 5):
+        assert _run(lm, prompts, check_every=k) == every
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_decode_path(path, monkeypatch):
+    lm = get_model("tiny-qwen2")
+    prompts = prompts_for(lm, 4)
+    kw = use_path(monkeypatch, path)
+    assert _run(lm, prompts, check_every=4, **kw) == _run(lm, prompts, check_every=1, **kw)
+
+
+def test_a_wide_nucleus_decodes_its_window_again(monkeypatch):
+    lm = get_model("tiny-llama3")
+    prompts = prompts_for(lm, 4)
+    every = _run(lm, prompts, check_every=1)
+    rewinds = []
+    rewind = decode.Cascade.rewind
+    monkeypatch.setattr(decode.Cascade, "rewind", lambda self, point: (rewinds.append(point[0]), rewind(self, point)))
+    monkeypatch.setattr(sampling, "NUCLEUS_HEAD", 2)  # almost every nucleus is wider than the head
+    assert _run(lm, prompts, check_every=4) == every
+    assert rewinds
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_no_host_sync_between_checks(static):
+    """Runs of 16 and 32 steps (no stops, one budget) with a check every 8 steps, with static shapes in a bucket
+    (CUDA's default path) and dynamic ones: the extra 16 steps cost exactly their two checks' read-backs."""
+    lm = get_model("tiny-olmo3")
+    prompts = prompts_for(lm, 2)
+    syncs = {}
+    for steps in (16, 32):
+        with HostCounter() as c:
+            generate(lm.model, prompts, max_new_tokens=steps, stop_ids=frozenset(), n=2, greedy_first=True,
+                     temperature=0.9, top_p=0.9, check_every=8, static_shapes=static)
+        syncs[steps] = c.syncs
+    kinds = ("to_host", "scalar_read", "data_shape")
+    assert {k: syncs[32][k] - syncs[16][k] for k in kinds} == {"to_host": 2, "scalar_read": 0, "data_shape": 0}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_static_buckets_equal_dynamic(name, monkeypatch):
+    """Static shapes: 12 rows run in the bucket of 16 and move down (8, 4, ...) as rows finish; the rollouts
+    are the dynamic path's."""
+    lm = get_model(name)
+    prompts = prompts_for(lm, 4)
+    dynamic = _run(lm, prompts, check_every=3, static_shapes=False)
+    sizes = []
+    keep = decode.Cascade.keep
+    monkeypatch.setattr(decode.Cascade, "keep", lambda self, rows: (keep(self, rows), sizes.append(len(self.row_prompt))))
+    assert _run(lm, prompts, check_every=3, static_shapes=True) == dynamic
+    assert all(s in (1, 2, 4, 8) for s in sizes) and sizes == sorted(sizes, reverse=True)
+    # Budgets alone (no stops): at the check after step 8 three rows are left (budget 11), bucket 4.
+    free = dict(stop_ids=frozenset(), check_every=3)
+    dynamic = _run(lm, prompts, static_shapes=False, **free)
+    sizes.clear()
+    assert _run(lm, prompts, static_shapes=True, **free) == dynamic
+    assert sizes == [4]
