@@ -56,6 +56,8 @@ bench:
 	$(PY) bench/gen_bench.py --out bench/results
 	$(PY) bench/plan_bench.py --out bench/results
 	$(PY) bench/depth_bench.py --out bench/results
+	$(PY) bench/host_bench.py --out bench/results
+	$(PY) bench/organisms_bench.py --out bench/results
 
 # Mutation check (not part of CI): each edit in tests/mutants/*.toml must make its listed tests fail.
 mutants:
