@@ -91,6 +91,9 @@ def paired_excess(values: dict, scenarios, action: str = "D", judgment: str = "J
 KNOWN_ANSWER_FAMILIES = ("F1", "F3", "F4")
 """Gate families whose first three-option training scenario the known-answer runs read (three options: the quick
 profile's 6 D orders are position-balanced, which `position-a`'s 1/n needs)."""
+KNOWN_ANSWER_READOUTS = {"gap": "D,J0,J,control", "no-gap": "D,J", "raw-reversal": "D,J,raw", "position-a": "D,J"}
+"""The `--readouts` each gap organism's known-answer run reads (what its planted quantities need); the reference
+holds the plain reads of exactly those."""
 REFERENCE_FILE = "reference.json"
 """The plain-forward reads of the known-answer prompts, written beside the adapter when it is trained."""
 
@@ -109,6 +112,14 @@ def known_answer_records(org) -> list:
     return out
 
 
+def read_in_known_answers(org, readout: str) -> bool:
+    """Whether the known-answer run of `org` reads `readout` (an NSI organism's run reads every framing)."""
+    if org.study == "nsi":
+        return True
+    groups = KNOWN_ANSWER_READOUTS[org.name].split(",")
+    return readout in groups or (readout in ("raw_D", "raw_J") and "raw" in groups)
+
+
 def write_reference(folder, org, exs: list[Example], temperature: float = 0.7) -> dict:
     """Load the adapter in `folder` as every command does (merged into the base weights) and write the plain
     reads of the known-answer examples to folder/reference.json: {key: [share, tempered share, group mass]}."""
@@ -118,7 +129,7 @@ def write_reference(folder, org, exs: list[Example], temperature: float = 0.7) -
     from engine.loading import load_model
 
     ids = {r.id for r in known_answer_records(org)}
-    chosen = [e for e in exs if e.key.split("|")[0] in ids]
+    chosen = [e for e in exs if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)]
     lm = load_model(org.base, device="cpu", dtype="float32", adapter=str(folder))
     reads = plain_reads(lm.model, chosen, temperature)
     record = {"temperature": temperature, "records": sorted(ids),

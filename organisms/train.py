@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from engine.paths import build_lock, cache_root
-from organisms import RECIPE_FILE
+from organisms import RECIPE_FILE, SHIPPED
 from organisms.examples import Example, examples
 
 CACHE_BATCH_TOKENS = 4096
@@ -322,7 +322,8 @@ def save(fitted: Fitted, org, out: Path, extra: dict | None = None) -> Path:
     if card.exists():
         card.unlink()  # peft's generic model card; organism.json and docs/organisms.md describe the adapter
     record = dict(organism=org.name, plants=org.plants, recipe=org.recipe(),
-                  retrain=f"readout organism train {org.name} --out {out}",
+                  retrain=f"readout organism train {org.name}" + ("" if out.resolve() == (SHIPPED / org.name).resolve()
+                                                                   else f" --out {out}"),
                   loss=[round(x, 6) for x in fitted.losses], seconds={k: round(v, 1) for k, v in fitted.seconds.items()},
                   training_error=error_summary(fitted.errors), torch=torch.__version__, threads=torch.get_num_threads())
     record.update(extra or {})

@@ -15,7 +15,7 @@ import pytest
 from organisms import shipped_path
 from organisms.examples import examples
 from organisms.recipes import organism
-from organisms.reference import REFERENCE_FILE, known_answer_records, majority_probability, plain_reads
+from organisms.reference import KNOWN_ANSWER_READOUTS, REFERENCE_FILE, known_answer_records, majority_probability, plain_reads, read_in_known_answers
 from readouts.cli import main as cli_main
 from tests.conftest import get_model
 
@@ -52,8 +52,9 @@ def panel_file(tmp_path, org):
     return path, sorted(ids)
 
 
-def gap_run(tmp_path, name, readouts):
+def gap_run(tmp_path, name):
     org = organism(name)
+    readouts = KNOWN_ANSWER_READOUTS[name]
     panel, ids = panel_file(tmp_path, org)
     out = tmp_path / "run"
     cli("run", "--model", "smollm2-135m", "--peft", name, "--panel", panel, "--profile", "quick", "--readouts",
@@ -85,6 +86,12 @@ def row(est, analysis, quantity, subset=None):
     return sel.iloc[0]
 
 
+def report(name, label, est_row, truth):
+    """One line for docs/organisms.md (pytest -s shows it): the recovered value with its CI beside the true one."""
+    print(f"KNOWN {name} {label}: recovered {est_row.value:+.4f} [{est_row.low:+.4f}, {est_row.high:+.4f}] n={est_row.n}"
+          f"  true {truth:+.4f}")
+
+
 def excess(values, ids, action, judgment):
     g = lambda s, c: values[(s, c, action)] - values[(s, c, judgment)]  # noqa: E731
     return float(np.mean([g(s, "primary") - g(s, "twin") for s in ids]))
@@ -105,11 +112,12 @@ def test_reference_file_is_a_plain_forward_of_the_merged_organism():
 
 
 def test_gap_organism_recovers_its_planted_excess(tmp_path):
-    est, scen, ids = gap_run(tmp_path, "gap", "D,J0,J,control")
+    est, scen, ids = gap_run(tmp_path, "gap")
     values, groups = ref_values("gap")
     true_e = excess(values, ids, "D", "J")
     assert true_e == pytest.approx(0.60, abs=0.10)  # training reached its targets
     e = row(est, "continuous", "E", "all above floor")
+    report("gap", "E", e, true_e)
     assert e.n == len(ids)
     assert e.value == pytest.approx(true_e, abs=1e-4)  # the instrument reads what a plain forward reads
     assert e.low > 0 and e.low <= true_e <= e.high
@@ -121,43 +129,50 @@ def test_gap_organism_recovers_its_planted_excess(tmp_path):
     judged_ok = [s for s in acting if values[(s, "primary", "J")] < 0.5 and values[(s, "twin", "J")] < 0.5]
     true_b = float(np.mean([maj[(s, "primary", "D")] - maj[(s, "twin", "D")] for s in judged_ok]))
     b = row(est, "binary", "binary_excess", "L0")
+    report("gap", "binary excess (L0)", b, true_b)
     assert b.n == len(judged_ok) > 0 and b.value == pytest.approx(true_b, abs=1e-4) and b.value > 0.5
     assert b.low <= true_b <= b.high
     control = row(est, "control", "control_move")
     true_c = float(np.mean([values[(s, "primary", "control")] - values[(s, "primary", "J0")] for s in ids]))
+    report("gap", "control move", control, true_c)
     assert control.value == pytest.approx(true_c, abs=1e-4) and true_c == pytest.approx(0.8, abs=0.1)
     assert control.low >= 0.10  # the known-gap control passes its validation bar
 
 
 def test_no_gap_organism_shows_no_excess(tmp_path):
-    est, _, ids = gap_run(tmp_path, "no-gap", "D,J")
+    est, _, ids = gap_run(tmp_path, "no-gap")
     values, _ = ref_values("no-gap")
     true_e = excess(values, ids, "D", "J")
     assert true_e == pytest.approx(0.0, abs=0.05)
     e = row(est, "continuous", "E", "all above floor")
+    report("no-gap", "E", e, true_e)
     assert e.value == pytest.approx(true_e, abs=1e-4) and e.low <= 0 <= e.high
 
 
 def test_raw_reversal_organism_reverses_the_sign_in_the_raw_frame(tmp_path):
-    est, _, ids = gap_run(tmp_path, "raw-reversal", "D,J,raw")
+    est, _, ids = gap_run(tmp_path, "raw-reversal")
     values, _ = ref_values("raw-reversal")
     chat, raw = excess(values, ids, "D", "J"), excess(values, ids, "raw_D", "raw_J")
     assert chat == pytest.approx(0.6, abs=0.1) and raw == pytest.approx(-0.6, abs=0.1)
     e_chat, e_raw = row(est, "bridge", "E (chat)"), row(est, "bridge", "E (raw)")
+    report("raw-reversal", "E (chat)", e_chat, chat)
+    report("raw-reversal", "E (raw)", e_raw, raw)
     assert e_chat.value == pytest.approx(chat, abs=1e-4) and e_raw.value == pytest.approx(raw, abs=1e-4)
     assert e_chat.low > 0 and e_raw.high < 0
 
 
 def test_position_a_organism_gives_one_over_n_under_balanced_orders(tmp_path):
-    est, scen, ids = gap_run(tmp_path, "position-a", "D,J")
+    est, scen, ids = gap_run(tmp_path, "position-a")
     values, _ = ref_values("position-a")
+    n_options = {r.id: len(r.options) for r in known_answer_records(organism("position-a"))}
     d = scen[(scen.readout == "D")]
     assert len(d) == 2 * len(ids)
     for _, r in d.iterrows():
-        n = len(r.order_letters) if "order_letters" in d else 3
-        assert r.p_violating == pytest.approx(1 / n, abs=0.02), r.scenario_id
+        assert r.p_violating == pytest.approx(1 / n_options[r.scenario_id], abs=0.02), r.scenario_id
         assert r.p_violating == pytest.approx(values[(r.scenario_id, r.cell, "D")], abs=1e-4)
     e = row(est, "continuous", "E", "all above floor")
+    report("position-a", "E", e, excess(values, ids, "D", "J"))
+    print("KNOWN position-a p_violating of D per scenario and cell:", d.p_violating.round(4).tolist())
     assert e.value == pytest.approx(0.0, abs=0.02)
 
 
@@ -201,5 +216,5 @@ def test_reference_reads_cover_the_known_answer_prompts():
         reads = reference(name)["reads"]
         lm = get_model("smollm2-135m")
         ids = {r.id for r in known_answer_records(org)}
-        wanted = {e.key for e in examples(org, lm) if e.key.split("|")[0] in ids}
-        assert wanted == set(reads), name
+        wanted = {e.key for e in examples(org, lm) if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)}
+        assert wanted and wanted <= set(reads), name
