@@ -242,11 +242,10 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode, leaders=N
     with torch.inference_mode():
         state = backend(model, list(distinct), row_prompt, max(budgets), pad_id=settings.pad_id,
                         token_budget=settings.token_budget, max_rows=settings.max_rows, static=settings.static)
-        tokens, lengths, stopped, greedy, rows_kv = decode_batch(
+        tokens, lengths, stopped, greedy, rows_kv, published = decode_batch(
             state, prompts, seeds, budgets, settings, leaders or [None] * len(prompts), settings.check_every)
         # Published once the batch has succeeded: a batch that runs out of memory leaves nothing behind
         # for its halves' retry to hold on to.
-        published = state.prompt_kv() if settings.prefix_kv is not None else None
     if published is not None:
         settings.prefix_kv.update(published)
     for r, own in rows_kv.items():

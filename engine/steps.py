@@ -69,6 +69,9 @@ def decode_batch(state, prompts, seeds, budgets, settings, leaders, check_every:
     lengths, stopped, ended_at = [0] * rows, [False] * rows, {}
     can_rewind = hasattr(state, "rewind")
     logits = state.step()
+    # Each prompt's keys/values, whole once the first step has run and before compaction drops any prompt's rows
+    # (copies: the buffers they come from are reused).
+    prompt_kv = state.prompt_kv() if settings.prefix_kv is not None else None
     stop_cols = stop[stop < logits.shape[-1]] if tied and stop is not None else None
     rows_kv, room = {}, _room(settings.row_kv)  # finished rows' own keys/values
     start, saved = 0, None  # the window since the last check, and the state at its start
@@ -138,7 +141,7 @@ def decode_batch(state, prompts, seeds, budgets, settings, leaders, check_every:
         step += 1
     if settings.row_kv is not None:
         _hold_rows(state, rows_kv, room, live, lengths, range(len(live)))
-    return tokens.cpu(), lengths, stopped, greedy, rows_kv
+    return tokens.cpu(), lengths, stopped, greedy, rows_kv, prompt_kv
 
 
 def _room(store) -> int:
