@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import click
 
+from contract.options import COUNT, INDEX, TEMPERATURE
+from readouts.options import bounded
+
 
 def served_options(f):
     """--endpoint, --api-key-env, --top-logprobs, --concurrency, --retries, --backoff, --request-timeout, --served-cache."""
@@ -12,14 +15,14 @@ def served_options(f):
                      "--model is then the model name it serves (same as --model openai:NAME@URL)")(f)
     f = click.option("--api-key-env", default=None, metavar="VAR", help="environment variable holding the endpoint's API "
                      "key (its value is sent in the Authorization header only, never recorded)")(f)
-    f = click.option("--top-logprobs", default=20, show_default=True, type=int, help="served models: top-k logprobs asked "
+    f = click.option("--top-logprobs", default=20, show_default=True, type=bounded(COUNT), help="served models: top-k logprobs asked "
                      "for at each read position (the unseen remainder is bounded per row)")(f)
-    f = click.option("--concurrency", default=4, show_default=True, type=int, help="served models: requests in flight")(f)
-    f = click.option("--retries", default=5, show_default=True, type=int, help="served models: retries of a request on "
+    f = click.option("--concurrency", default=4, show_default=True, type=bounded(COUNT), help="served models: requests in flight")(f)
+    f = click.option("--retries", default=5, show_default=True, type=bounded(INDEX), help="served models: retries of a request on "
                      "429/5xx/timeouts, with exponential backoff")(f)
-    f = click.option("--backoff", default=1.0, show_default=True, type=float, help="served models: seconds before the "
+    f = click.option("--backoff", default=1.0, show_default=True, type=bounded(TEMPERATURE), help="served models: seconds before the "
                      "first retry (doubled each time)")(f)
-    f = click.option("--request-timeout", default=120.0, show_default=True, type=float, help="served models: seconds per request")(f)
+    f = click.option("--request-timeout", default=120.0, show_default=True, type=bounded(TEMPERATURE), help="served models: seconds per request")(f)
     f = click.option("--served-cache", default=None, type=click.Path(file_okay=False), help="served models: the request "
                      "cache folder (default <cache>/served); a rerun reads its replies instead of sending again")(f)
     return f

@@ -10,6 +10,8 @@ Skipped until the organisms package and its adapters are on the branch (they shi
 import dataclasses
 
 import pandas as pd
+import os
+
 import pytest
 
 from readouts.driver import ModelOptions, RunOptions
@@ -23,6 +25,10 @@ SCENARIOS = 24
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="depth-organism", max_units=SCENARIOS,
                               chunk_size=SCENARIOS, orders={"D": 4, "J0": 4, "control": 1, "raw": 1},
                               patch_orders=1, patch_stride=2)
+
+# 24 gap-v1 scenarios per organism at every depth: tens of minutes on two cores, so outside `make test`
+# (run it with LOGIT_READOUT_SLOW=1; issue 28 note).
+SLOW = pytest.mark.skipif(not os.environ.get("LOGIT_READOUT_SLOW"), reason="set LOGIT_READOUT_SLOW=1 to run")
 
 
 def organism_band(name: str) -> tuple[int, int]:
@@ -54,6 +60,7 @@ def analysed(depth: pd.DataFrame, n_boot: int = 2000):
     return e, dep
 
 
+@SLOW
 @pytest.mark.smollm
 @pytest.mark.parametrize("name", ["gap", "no-gap", "position-a"])
 def test_depth_recovers_the_organism(name, tmp_path):
