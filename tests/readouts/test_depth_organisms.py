@@ -8,10 +8,9 @@ organism's adapter merged recovers where its planted behaviour lives. Depth i is
 Skipped until the organisms package and its adapters are on the branch (they ship in organisms/data/<name>/)."""
 
 import dataclasses
-
-import pandas as pd
 import os
 
+import pandas as pd
 import pytest
 
 from readouts.driver import ModelOptions, RunOptions
