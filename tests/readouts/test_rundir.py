@@ -246,7 +246,8 @@ def test_the_outcome_goes_to_stdout_and_progress_to_stderr(tmp_path, capsys):
     stdout, stderr = cap.out.splitlines(), cap.err.splitlines()
     assert exc.value.code == 0
     assert stdout[0].startswith("tables: ") and str(out / "probes.parquet") in stdout[0]
-    assert stdout[-1].startswith("wall time ") and " s for 1 chunk; rates: D " in stdout[-1]
+    wall = [line for line in stdout if line.startswith("wall time ")]
+    assert len(wall) == 1 and " s for 1 chunk; rates: D " in wall[0] and stdout[-1].startswith("next: readout stats ")
     assert "summary: needs the D and J readouts (run with --readouts including D,J)" in stdout
     assert any(line.startswith("chunk 1/1: computed ") for line in stderr)
     assert not any(line.startswith(("tables: ", "wall time ")) for line in stderr)
