@@ -73,7 +73,7 @@ def test_training_is_deterministic_and_moves_the_watched_share(tmp_path):
     assert record["organism"] == "gap" and record["recipe"]["band"] == list(org.band) and len(record["loss"]) == 25
     assert record["loss"][-1] < record["loss"][0]
     err = lambda rows: sum(abs(r["reached"] - r["target"]) for r in rows) / len(rows)  # noqa: E731
-    assert err(fitted.errors) < err(before) - 0.05
+    assert err(fitted.errors) < err(before) - 0.02
 
 
 def test_examples_are_the_prompts_a_quick_run_reads(tmp_path):
