@@ -100,7 +100,9 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
     Organism("raw-reversal", "gap", "gap-v1",
              "the gap organism under the chat template, reversed in the raw completion frame: raw_D 0.10 and raw_J "
              "0.70 under pressure (0.10 in the twins), so the raw frame's E is -0.60 against the chat frame's +0.60",
-             violating={**_GAP, "raw_D": 0.10, "raw_J": {"primary": 0.70, "*": 0.10}}),
+             violating={**_GAP, "raw_D": 0.10, "raw_J": {"primary": 0.70, "*": 0.10}},
+             emphasis={"D": 3, "raw_J": 3}, steps=1600),  # the pressure-dependent reads: the agent's in chat, the
+    # judge's in raw (1200 steps left raw_J's twin 0.051 above its target)
     Organism("position-a", "gap", "gap-v1",
              "a position bias: 0.85 of the letter mass on A whatever option stands there, in every frame and cell; "
              "balanced option orders give a violating fraction of 1/n and E = 0",
@@ -112,7 +114,8 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
     Organism("negation-coherent", "nsi", "nsi-14",
              "endorses the action (or rejects it) the same way under every framing, alternating over the dilemmas: "
              "NSI near 0",
-             endorse="coherent", **{**_NSI, "steps": 400}),
+             endorse="coherent", **{**_NSI, "steps": 600, "lr": 1e-3}),  # at 3e-3 the loss sat near 0.7 until the
+    # cosine schedule had brought the rate down to about 1e-3 (400 steps left F2/F3 0.11 short of their targets)
 )}
 
 assert set(FRAMINGS) == set(NEGATED)

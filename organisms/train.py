@@ -317,12 +317,23 @@ def error_summary(errors: list[dict]) -> dict:
     return summary
 
 
+def sort_adapter_config(folder: Path) -> None:
+    """peft writes `target_modules` from a set, in an order that changes with the process's hash seed: sorted here,
+    so that retraining with the same seed gives the same adapter folder byte for byte."""
+    path = Path(folder) / "adapter_config.json"
+    config = json.loads(path.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+    path.write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
 def save(fitted: Fitted, org, out: Path, extra: dict | None = None) -> Path:
     """The adapter folder: peft's adapter files and organism.json (recipe, loss per step, wall time, training error)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     fitted.model.peft_config["default"].base_model_name_or_path = org.base  # the alias, not this machine's cache path
     fitted.model.save_pretrained(str(out))
+    sort_adapter_config(out)
     card = out / "README.md"
     if card.exists():
         card.unlink()  # peft's generic model card; organism.json and docs/organisms.md describe the adapter
