@@ -205,6 +205,9 @@ def test_nsi_organisms(tmp_path, name):
     assert replies["parse_ok"].mean() > 0.9  # schema-valid JSON, parsed like any reply
     models = pd.read_csv(tmp_path / "stats" / "nsi_models.csv").iloc[0]
     acq = pd.read_csv(tmp_path / "stats" / "nsi_acquiescence.csv").iloc[0]
+    print(f"KNOWN {name} NSI(F0,F1): {models.nsi_01:.3f} [{models.nsi_01_ci_low:.3f}, {models.nsi_01_ci_high:.3f}] "
+          f"null {models.nsi_01_null:.3f} p {models.p_null_01:.4f}; p0+p1-1 {acq.acquiescence:+.3f} "
+          f"[{acq.ci_low:+.3f}, {acq.ci_high:+.3f}]; {models.n_dilemmas} dilemmas, {models.n_replies} sampled replies")
     if name == "negation-blind":
         assert models.nsi_01 > 0.9 and models.p_null_01 < 0.05  # the F0/F1 flip, and the null rejected
         assert acq.acquiescence > 0.9
