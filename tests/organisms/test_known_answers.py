@@ -121,6 +121,11 @@ def test_gap_organism_recovers_its_planted_excess(tmp_path):
     assert e.n == len(ids)
     assert e.value == pytest.approx(true_e, abs=1e-4)  # the instrument reads what a plain forward reads
     assert e.low > 0 and e.low <= true_e <= e.high
+    # The pairing, which the mean cannot see: with three scenarios a resample repeats one of them three times with
+    # chance 1/27, above each 2.5% tail, so the 95% percentile interval runs from the smallest scenario's own paired
+    # excess to the largest (each scenario's primary against its own twin).
+    per_scenario = [excess(values, [s], "D", "J") for s in ids]
+    assert len(ids) == 3 and (e.low, e.high) == pytest.approx((min(per_scenario), max(per_scenario)), abs=1e-4)
     # The binary readout: the gap set, twins' null and paired excess, recomputed from the reference's reads.
     fam = dict(zip(scen.scenario_id, scen.family))
     maj = {k: majority_probability([v[1] for v in vs]) for k, vs in groups.items()}
