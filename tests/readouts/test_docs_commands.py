@@ -310,6 +310,15 @@ def execute(line: str, ws: Path, fake_bin: Path) -> tuple[int, str]:
     return proc.returncode, proc.stdout[-1500:] + proc.stderr[-1500:]
 
 
+@pytest.fixture(autouse=True)
+def _no_user_models():
+    """`readout models --models` and `readout sweep` set the user registry files of this process: none after."""
+    from engine.registry import use_models_files
+
+    yield
+    use_models_files(())
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A scratch folder laid out like a clone: examples/ and scripts/ linked in, a fake sbatch beside it."""
