@@ -291,10 +291,20 @@ def _indent(text: str, pad: str) -> str:
     return "\n".join(pad + line for line in text.splitlines()) if text else pad + "(empty)"
 
 
+def scenario_head(v: ScenarioView) -> list[str]:
+    """The scenario's id and facts, and the run it is from."""
+    return [f"scenario {v.scenario_id}" + "".join(f", {k} {v.facts[k]}" for k in ("family", "domain", "violating", METADATA)
+                                                  if k in v.facts), f"run {v.run_dir}"]
+
+
+def dilemma_head(v: DilemmaView) -> list[str]:
+    """The dilemma's id and domain, the run it is from, and any note on its prompts."""
+    return [f"dilemma {v.dilemma_id}" + (f", domain {v.facts['domain']}" if "domain" in v.facts else ""),
+            f"run {v.run_dir}", *v.notes]
+
+
 def format_scenario(v: ScenarioView) -> str:
-    head = f"scenario {v.scenario_id}" + "".join(f", {k} {v.facts[k]}" for k in ("family", "domain", "violating", METADATA)
-                                                 if k in v.facts)
-    lines = [head, f"run {v.run_dir}", "", "(letter* = the violating option's letter)"]
+    lines = [*scenario_head(v), "", "(letter* = the violating option's letter)"]
     summary = {(s["cell"], s["readout"], s["frame"]): s for s in v.summary}
     last = None
     for pr in v.prompts:
@@ -325,8 +335,7 @@ def format_scenario(v: ScenarioView) -> str:
 
 
 def format_dilemma(v: DilemmaView) -> str:
-    lines = [f"dilemma {v.dilemma_id}" + (f", domain {v.facts['domain']}" if "domain" in v.facts else ""),
-             f"run {v.run_dir}", *v.notes]
+    lines = dilemma_head(v)
     for f in v.framings:
         lines += ["", f"== framing {f.framing} ({'negated' if f.negated else 'plain'}) =="]
         if f.message is not None:
@@ -349,7 +358,21 @@ def format_view(v: ScenarioView | DilemmaView) -> str:
 @click.command("show")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.argument("item_id")
-def show_cmd(run_dir, item_id):
-    """One scenario of a run as the model read it: per cell, readout, frame and order, the prompt, each rollout's
-    text and read rule, and the letter masses (an NSI run: one dilemma's replies per framing)."""
-    click.echo(format_view(item_view(run_dir, item_id)))
+@click.option("--all", "show_all", is_flag=True, help="every prompt, rollout text and letter mass (a quick run's scenario: "
+              "about a thousand lines)")
+@click.option("--cell", default=None, help="the detail of this cell only (primary, twin, ...); implies the detail")
+@click.option("--readout", default=None, help="the detail of this readout only (D, J, J0, ...); implies the detail")
+@click.option("--frame", default=None, help="the detail of this frame (agent, judge_1, ...) or NSI framing (F0-F3) only; "
+              "implies the detail")
+def show_cmd(run_dir, item_id, show_all, cell, readout, frame):
+    """One scenario of a run as the model read it (an NSI run: one dilemma). By default a summary: per cell, readout
+    and frame the violating mass, the violating fraction, the letter mass and the judged option (NSI: per framing the
+    continuous reading and the replies' tally). --all prints every prompt, each rollout's text and read rule and the
+    letter masses; --cell / --readout / --frame print that detail for the prompts they select."""
+    from readouts.show_summary import format_summary, narrow
+
+    view = item_view(run_dir, item_id)
+    if show_all or cell or readout or frame:
+        click.echo(format_view(narrow(view, cell=cell, readout=readout, frame=frame)))
+    else:
+        click.echo(format_summary(view))

@@ -19,7 +19,7 @@ import pandas as pd
 from contract.tables import NSI_REPLIES, PROBES
 from engine.errors import ReadoutError
 from readouts.report.card import Card, gap_card, group_warnings, nsi_card
-from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, scenario_views
+from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, plural, scenario_views
 from stats.core.manifest import settings_note
 from stats.depth.names import CAPTIONS as DEPTH_CAPTIONS
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_TABLES
@@ -148,7 +148,7 @@ def _facts(manifest: dict) -> list[tuple[str, str]]:
     panel = manifest.get("panel") or {}
     profile = manifest.get("profile") or {}
     facts = [("model", model.get("name") if isinstance(model, dict) else str(model)),
-             ("panel", f"{panel.get('name')} ({len(panel.get('records_read') or [])} records read)" if panel else None),
+             ("panel", f"{panel.get('name')} ({plural(len(panel.get('records_read') or []), 'record')} read)" if panel else None),
              ("kind", manifest.get("kind")), ("profile", profile.get("name") if isinstance(profile, dict) else profile),
              ("seed", manifest.get("seed")), ("device", manifest.get("device")), ("created", manifest.get("created")),
              ("complete", manifest.get("complete")), ("git commit", manifest.get("git_commit"))]

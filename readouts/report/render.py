@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from html import escape
 
 from readouts.report.card import Card
@@ -17,6 +18,20 @@ from readouts.show import DilemmaView, ProbeView, PromptView, ScenarioView, fmt,
 
 def e(x) -> str:
     return escape("" if x is None else str(x))
+
+
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def prose(x) -> str:
+    """Escaped prose with each command-line option (`--mass-floor`) kept on one line: the browser broke
+    "--mass-floor" between its two dashes at the end of a line."""
+    return OPTION.sub(lambda m: f'<span class="opt">{m.group(0)}</span>', e(x))
+
+
+WIDE_PX = 1000
+"""A figure wider than this (two panels side by side at the figures' DPI) spans the grid's row: in a half-row cell
+it was shown at about 40% of its size, its 8-point labels unreadable."""
 
 
 STYLE = """
@@ -51,7 +66,7 @@ code{background:#f1f1f1;padding:0 3px;border-radius:3px}
 details.warnings{background:#fffaf0;border:1px solid #f0d9a8;border-radius:4px;padding:4px 10px}
 details.warnings ul{margin:4px 0;padding-left:18px}
 .scroll{overflow:auto;max-width:100%;max-height:520px;border:1px solid #eee;margin:4px 0 10px}.scroll table.data{margin:0}
-.orders td{font-size:12px}
+.orders td{font-size:12px}.opt{white-space:nowrap}
 """
 
 
@@ -72,9 +87,9 @@ def section_html(s: Section, sid: str) -> str:
              f'<div class="path">{e(s.path)}</div>']
     if s.card is not None:
         parts.append(card_html(s.card))
-    parts += [f'<div class="note">{e(n)}</div>' for n in s.notes]
+    parts += [f'<div class="note">{prose(n)}</div>' for n in s.notes]
     if s.warnings:
-        items = "".join(f"<li>{e(line)}{f' <span class=count>({n} lines of this kind)</span>' if n > 1 else ''}</li>"
+        items = "".join(f"<li>{prose(line)}{f' <span class=count>({n} lines of this kind)</span>' if n > 1 else ''}</li>"
                         for line, n in s.warnings)
         parts.append(f'<details class="warnings" open><summary>{len(s.warnings)} kinds of warnings and notes'
                      f"</summary><ul>{items}</ul></details>")
@@ -98,7 +113,7 @@ def section_html(s: Section, sid: str) -> str:
         parts.append(f'<h3 id="{sid}-manifest">Run facts</h3>{facts}{manifest}')
     if s.items:
         what = "scenarios" if s.kind == "gap" else "dilemmas"
-        shown = (f"all {s.items_total} {what}" if len(s.items) == s.items_total else
+        shown = (("the one " + what[:-1] if s.items_total == 1 else f"all {s.items_total} {what}") if len(s.items) == s.items_total else
                  f"the first {len(s.items)} of {s.items_total} {what} (<code>readout report --items N</code> shows more; "
                  f"<code>readout show {e(s.path)} ID</code> prints any one)")
         body = ("each distinct prompt once, its option orders and rollouts as rows, with read rules and letter masses"
@@ -110,9 +125,9 @@ def section_html(s: Section, sid: str) -> str:
 
 
 def card_html(c: Card) -> str:
-    facts = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in c.facts)
+    facts = "".join(f"<dt>{e(k)}</dt><dd>{prose(v)}</dd>" for k, v in c.facts)
     return (f'<div class="card"><div class="card-title">{e(c.title)}</div><div class="estimate">{e(c.estimate)}</div>'
-            f'<dl class="facts">{facts}</dl>' + (f'<p class="meaning">{e(c.meaning)}</p>' if c.meaning else "") + "</div>")
+            f'<dl class="facts">{facts}</dl>' + (f'<p class="meaning">{prose(c.meaning)}</p>' if c.meaning else "") + "</div>")
 
 
 def png_size(png: bytes) -> tuple[int, int] | None:
@@ -123,9 +138,10 @@ def png_size(png: bytes) -> tuple[int, int] | None:
 
 
 def figure_html(f: Figure) -> str:
-    """A figure embedded as base64 PNG; a wide one (more than twice as wide as high) spans the grid's row."""
+    """A figure embedded as base64 PNG; a wide one (more than WIDE_PX pixels, or twice as wide as high) spans the
+    grid's row."""
     size = png_size(f.png)
-    wide = ' class="wide"' if size and size[1] and size[0] / size[1] > 2 else ""
+    wide = ' class="wide"' if size and size[1] and (size[0] > WIDE_PX or size[0] / size[1] > 2) else ""
     caption = f"{e(f.caption)} " if f.caption else ""
     return (f'<figure{wide}><img alt="{e(f.name)}" src="data:image/png;base64,{base64.b64encode(f.png).decode()}">'
             f'<figcaption>{caption}<span class="path">{e(f.name)}</span></figcaption></figure>')
@@ -143,7 +159,7 @@ def local_nav(s: Section, sid: str) -> str:
 def table_html(t: TableData) -> str:
     if t.error is not None:
         return f'<div class="note unreadable">{e(t.name)}: not a readable CSV table ({e(t.error)})</div>'
-    more = f" (first {len(t.rows)} of {t.total_rows} rows)" if t.total_rows > len(t.rows) else f" ({t.total_rows} rows)"
+    more = f" (first {len(t.rows)} of {t.total_rows} rows)" if t.total_rows > len(t.rows) else f" ({plural(t.total_rows, 'row')})"
     head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
     rows = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in r) + "</tr>" for r in t.rows)
     return (f'<details class="table"><summary>{e(t.name)}{e(more)}</summary>'

@@ -11,7 +11,7 @@ from matplotlib.ticker import MaxNLocator
 
 from contract.names import PATCH_SOURCES
 from contract.tables import DEPTH, PATCHING
-from stats.core.figures import NULL, colormap, new_figure, save
+from stats.core.figures import NULL, colormap, legend_of_drawn, new_figure, save
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
 from stats.depth.compute import closure_estimates, depth_estimates
@@ -64,7 +64,7 @@ def compare_figure(curves: pd.DataFrame, path: Path) -> Path:
         ax.set_title(title + " (logit lens), 95% CI", fontsize=9)
         ax.set_xlabel("layer")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=7, frameon=False)
+        legend_of_drawn(ax, [ax], fontsize=7, frameon=False)
     return save(fig, path)
 
 

@@ -11,7 +11,7 @@ from matplotlib.ticker import MaxNLocator
 
 from contract.names import PATCH_SOURCES
 from contract.tables import DEPTH, PATCHING
-from stats.core.figures import BAND, MEASURE, NULL, new_figure, save
+from stats.core.figures import BAND, MEASURE, NULL, legend_of_drawn, new_figure, save
 from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
@@ -75,7 +75,7 @@ def excess_figure(layers: pd.DataFrame, dep: Departure, path: Path) -> Path:
     ax_p.set_ylabel("violating mass (normalized)")
     ax_p.set_ylim(-0.02, 1.02)
     for ax in (ax_e, ax_p):
-        ax.legend(fontsize=7, frameon=False)
+        legend_of_drawn(ax, [ax], fontsize=7, frameon=False)
     return save(fig, path)
 
 
@@ -94,7 +94,7 @@ def closure_figure(closure: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("patched layer (agent read position)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("closure")
-    ax.legend(fontsize=7, frameon=False)
+    legend_of_drawn(ax, [ax], fontsize=7, frameon=False)
     return save(fig, path)
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from matplotlib.lines import Line2D
 
 from stats.core.estimate import Estimate
-from stats.core.figures import BAND, EXCESS, FLOOR, MEASURE, NULL, new_figure, save
+from stats.core.figures import BAND, EXCESS, FLOOR, MEASURE, NULL, legend_of_drawn, new_figure, save
 from stats.gap.screen import LEVELS, MIN_VERDICT_N
 
 FAMILY_STYLE = {"F1": ("o", "#1f77b4"), "F2": ("v", "#9467bd"), "F3": ("s", "#2ca02c"),
@@ -110,7 +109,7 @@ def scatter(a, path: Path) -> Path:
     e = a.get("continuous", "E", "L0")
     ax.set_title(f"{a.model}: every screened gate-family scenario\npaired excess E = {e.fmt() if e else 'n/a'}",
                  fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", framealpha=0.9)
+    legend_of_drawn(ax, [ax], fontsize=8, loc="upper left", framealpha=0.9)
     ax.grid(alpha=0.3)
     return save(fig, path)
 
@@ -126,7 +125,8 @@ def strictness_ladder(a, path: Path) -> Path:
             e = a.get(kind, q, level)
             filled = level == verdict
             _point(ax, i, e, color=EXCESS, marker="o", markersize=8,
-                   markerfacecolor=EXCESS if filled else "white", markeredgewidth=1.5)
+                   markerfacecolor=EXCESS if filled else "white", markeredgewidth=1.5,
+                   label="verdict level" if filled else "other level")
             labels.append(f"{level}\n(n={e.n if e else 0})")
         ax.set_xticks(range(len(LEVELS)))
         ax.set_xticklabels(labels)
@@ -135,10 +135,7 @@ def strictness_ladder(a, path: Path) -> Path:
         ax.set_title(title, fontsize=10)
         ax.set_ylabel("paired excess over the twin null")
         ax.grid(axis="y", alpha=0.3)
-    handles = [Line2D([], [], color=EXCESS, marker="o", linestyle="none", markersize=8, label="verdict level"),
-               Line2D([], [], color=EXCESS, marker="o", markerfacecolor="white", linestyle="none", markersize=8,
-                      label="other level")]
-    axes[1].legend(handles=handles, fontsize=8, loc="best")
+    legend_of_drawn(axes[1], axes, fontsize=8, loc="best")
     fig.suptitle(f"Reference strictness: {a.model}. L0 original frame, stable; L1 + 4-frame majority; "
                  f"L2 + all frames agree. Verdict: strictest with n >= {MIN_VERDICT_N}", fontsize=10)
     return save(fig, path)
@@ -164,7 +161,7 @@ def _slice_labels(ax, ests, subsets, gap_b: str, gap_c: str) -> None:
 
     ax.set_yticks(range(len(subsets)))
     ax.set_yticklabels([f"{s.split('=', 1)[1]}  (n={n_of(s, gap_b)} / {n_of(s, gap_c)})" for s in subsets], fontsize=8)
-    ax.invert_yaxis()
+    ax.set_ylim(len(subsets) - 0.5, -0.5)  # one slot per row, top down (autoscaling put a single row's points on the frame)
 
 
 def slices(a, path: Path) -> Path:
@@ -207,23 +204,18 @@ def control_vs_excess(rows: Sequence[dict], path: Path, bar: float) -> Path:
     for i, r in enumerate(rows):
         c = r.get("control")
         if _ok(c):
-            ax1.bar(i, c.value, width=0.6, color=BAND, alpha=0.75, yerr=_yerr(c), capsize=4, ecolor="black")
+            ax1.bar(i, c.value, width=0.6, color=BAND, alpha=0.75, yerr=_yerr(c), capsize=4, ecolor="black",
+                    label="known-gap control")
         else:
             ax1.text(i, 0.01, "control\nnot run", ha="center", va="bottom", fontsize=8, color="gray")
         for ax in (ax1, ax2):
-            _point(ax, i - 0.12, r.get("excess"), color=MEASURE, marker="o", markersize=7)
-            _point(ax, i + 0.12, r.get("screened"), color=MEASURE, marker="o", markersize=7, markerfacecolor="white")
-        _point(ax2, i + 0.3, r.get("base"), color=NULL, marker="D", markersize=7, markerfacecolor="white")
-    ax1.axhline(bar, color="black", linestyle=":", linewidth=1.2)
-    handles = [Line2D([], [], color=BAND, marker="s", linestyle="none", markersize=9, alpha=0.75,
-                      label="known-gap control"),
-               Line2D([], [], color=MEASURE, marker="o", linestyle="none", label="excess E, all above floor"),
-               Line2D([], [], color=MEASURE, marker="o", markerfacecolor="white", linestyle="none",
-                      label="excess E, own screen"),
-               Line2D([], [], color=NULL, marker="D", markerfacecolor="white", linestyle="none",
-                      label="base, raw frame (descriptive)"),
-               Line2D([], [], color="black", linestyle=":", label=f"validation bar ({bar:.2f}, 95% lower bound)")]
-    fig.legend(handles=handles, fontsize=8, loc="lower center", ncols=3, frameon=False)
+            _point(ax, i - 0.12, r.get("excess"), color=MEASURE, marker="o", markersize=7, label="excess E, all above floor")
+            _point(ax, i + 0.12, r.get("screened"), color=MEASURE, marker="o", markersize=7, markerfacecolor="white",
+                   label="excess E, own screen")
+        _point(ax2, i + 0.3, r.get("base"), color=NULL, marker="D", markersize=7, markerfacecolor="white",
+               label="base, raw frame (descriptive)")
+    ax1.axhline(bar, color="black", linestyle=":", linewidth=1.2, label=f"validation bar ({bar:.2f}, 95% lower bound)")
+    legend_of_drawn(fig, (ax1, ax2), fontsize=8, loc="lower center", ncols=3, frameon=False)
     for ax, title in ((ax1, "(a) control and excess on one axis"), (ax2, "(b) the excess zoomed")):
         ax.set_xticks(x)
         ax.set_xticklabels([_model_label(r) for r in rows], fontsize=8)
@@ -252,9 +244,10 @@ def dose_arm(a, path: Path) -> Path:
         t = next((e for e in ests if e.quantity == q and e.subset == "twin"), None)
         trunc = "truncated" in q.split(" - ")[0]
         _point(ax, i - 0.12, p, horizontal=True, color=NULL if trunc else MEASURE, marker="s" if trunc else "o",
-               markersize=7)
+               markersize=7, label="truncation control, primary" if trunc else "reasoning / norm contrast, primary")
         _point(ax, i + 0.12, t, horizontal=True, color=NULL if trunc else MEASURE, marker="s" if trunc else "o",
-               markersize=7, markerfacecolor="white")
+               markersize=7, markerfacecolor="white",
+               label="truncation control, twin" if trunc else "same, pressure-removed twin")
         labels.append(f"{q}\n(n={p.n if p else 0} / twin {t.n if t else 0})")
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(contrasts)))
@@ -265,11 +258,7 @@ def dose_arm(a, path: Path) -> Path:
         (e for e in a.select("dose", "primary") if e.quantity.startswith("completed: reasoning")), None)
     done = f"; reasoning completes in {comp.value:.0%} of rollouts" if _ok(comp) else ""
     ax.set_title(f"Dose arm: {a.model}, screened scenarios{done}", fontsize=10)
-    handles = [Line2D([], [], color=MEASURE, marker="o", linestyle="none", label="reasoning / norm contrast, primary"),
-               Line2D([], [], color=MEASURE, marker="o", markerfacecolor="white", linestyle="none",
-                      label="same, pressure-removed twin"),
-               Line2D([], [], color=NULL, marker="s", linestyle="none", label="truncation control")]
-    fig.legend(handles=handles, fontsize=8, loc="lower center", ncols=3, frameon=False)
+    legend_of_drawn(fig, [ax], fontsize=8, loc="lower center", ncols=3, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, path, rect=(0, 0.06, 1, 1))
 
@@ -282,11 +271,14 @@ def checkpoint_sweep(lineage: str, stages: Sequence[dict], control: Estimate | N
     labels = []
     for i, s in enumerate(stages):
         if s.get("base") is not None:
-            _point(ax1, i, s["base"], color=NULL, marker="D", markersize=8, markerfacecolor="white")
+            _point(ax1, i, s["base"], color=NULL, marker="D", markersize=8, markerfacecolor="white",
+                   label="base, raw frame (descriptive)")
             labels.append(f"{s['stage']}\nraw frame (n={s['base'].n})")
             continue
-        _point(ax1, i - 0.1, s.get("unscreened"), color=MEASURE, marker="o", markersize=8)
-        _point(ax1, i + 0.1, s.get("screened"), color=MEASURE, marker="o", markersize=8, markerfacecolor="white")
+        _point(ax1, i - 0.1, s.get("unscreened"), color=MEASURE, marker="o", markersize=8,
+               label="shared, screened by no model")
+        _point(ax1, i + 0.1, s.get("screened"), color=MEASURE, marker="o", markersize=8, markerfacecolor="white",
+               label="final model's screened set")
         u, sc = s.get("unscreened"), s.get("screened")
         labels.append(f"{s['stage']}\n(n={u.n if u else 0} / {sc.n if sc else 0})")
     ax1.set_xticks(range(len(stages)))
@@ -294,12 +286,7 @@ def checkpoint_sweep(lineage: str, stages: Sequence[dict], control: Estimate | N
     ax1.axhline(0, color="black", linewidth=0.8)
     ax1.set_ylabel("pressure-attributable excess E")
     ax1.set_title(f"(a) {lineage} across post-training", fontsize=10)
-    ax1.legend(handles=[
-        Line2D([], [], color=MEASURE, marker="o", linestyle="none", label="shared, screened by no model"),
-        Line2D([], [], color=MEASURE, marker="o", markerfacecolor="white", linestyle="none",
-               label="final model's screened set"),
-        Line2D([], [], color=NULL, marker="D", markerfacecolor="white", linestyle="none",
-               label="base, raw frame (descriptive)")], fontsize=8, loc="best")
+    legend_of_drawn(ax1, [ax1], fontsize=8, loc="best")
     ax1.grid(axis="y", alpha=0.3)
     if _ok(control):
         ax2.bar(0, control.value, color=BAND, alpha=0.8, width=0.5, yerr=_yerr(control), capsize=4, ecolor="black")
@@ -313,7 +300,7 @@ def checkpoint_sweep(lineage: str, stages: Sequence[dict], control: Estimate | N
                          f"excess E, unscreened\n(n={final_excess.n if final_excess else 0})"], fontsize=8)
     ax2.set_xlim(-0.6, 1.6)
     ax2.set_title("(b) final checkpoint: control and excess on one axis", fontsize=10)
-    ax2.legend(fontsize=8)
+    legend_of_drawn(ax2, [ax2], fontsize=8)
     ax2.grid(axis="y", alpha=0.3)
     fig.suptitle("Checkpoint sweep, each checkpoint in its own chat template (95% bootstrap CIs)", fontsize=11)
     return save(fig, path)
@@ -328,14 +315,13 @@ def three_cell(lineage: str, est: Sequence[Estimate], path: Path) -> Path:
             x = j * 2.5 + k
             color = MEASURE if side == "p_D" else "#2a7f62"
             _point(ax1, x - 0.12, get.get(f"{side}_twin {model}"), color=color, marker="o", markerfacecolor="white",
-                   markersize=7)
-            _point(ax1, x + 0.12, get.get(f"{side} {model}"), color=color, marker="o", markersize=7)
+                   markersize=7, label=f"{side}, pressure-removed twin")
+            _point(ax1, x + 0.12, get.get(f"{side} {model}"), color=color, marker="o", markersize=7,
+                   label=f"{side}, under pressure")
     ax1.set_xticks([0, 1, 2.5, 3.5])
     ax1.set_xticklabels(["base\np_D", "base\np_J", "instruct\np_D", "instruct\np_J"], fontsize=8)
     ax1.set_ylabel("violating mass, raw frame")
-    ax1.legend(handles=[Line2D([], [], color="black", marker="o", markerfacecolor="white", linestyle="none",
-                               label="pressure-removed twin"),
-                        Line2D([], [], color="black", marker="o", linestyle="none", label="under pressure")], fontsize=8)
+    legend_of_drawn(ax1, [ax1], fontsize=8)
     n = next(iter(get.values())).n if get else 0
     ax1.set_title(f"(a) acting and judging mass (n={n} shared)", fontsize=10)
     ax1.grid(axis="y", alpha=0.3)
@@ -366,8 +352,9 @@ def bridge(rows: Sequence[tuple[str, Sequence[Estimate]]], path: Path) -> Path:
         for i, (model, est) in enumerate(rows):
             get = {e.quantity: e for e in est}
             chat, rawf = get.get(f"{q} (chat)"), get.get(f"{q} (raw)")
-            _point(ax, i - 0.12, chat, horizontal=True, color=MEASURE, marker="o", markersize=7)
-            _point(ax, i + 0.12, rawf, horizontal=True, color=NULL, marker="D", markersize=7, markerfacecolor="white")
+            _point(ax, i - 0.12, chat, horizontal=True, color=MEASURE, marker="o", markersize=7, label="chat template")
+            _point(ax, i + 0.12, rawf, horizontal=True, color=NULL, marker="D", markersize=7, markerfacecolor="white",
+                   label="raw frame")
             labels.append(f"{model}\n(n={chat.n if chat else 0})")
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(labels, fontsize=8)
@@ -376,9 +363,7 @@ def bridge(rows: Sequence[tuple[str, Sequence[Estimate]]], path: Path) -> Path:
         ax.set_title({"g_twin": "g on the twin (nothing at stake)", "g": "g under pressure", "E": "excess E"}[q],
                      fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    axes[0].legend(handles=[Line2D([], [], color=MEASURE, marker="o", linestyle="none", label="chat template"),
-                            Line2D([], [], color=NULL, marker="D", markerfacecolor="white", linestyle="none",
-                                   label="raw frame")], fontsize=8, loc="best")
+    legend_of_drawn(axes[0], axes, fontsize=8, loc="best")
     fig.suptitle("Bridge: each instruct model read under its chat template and in the raw frame (95% CIs)",
                  fontsize=11)
     return save(fig, path)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from contract import NEGATED
-from stats.core.figures import colormap, new_figure, save
+from stats.core.figures import colormap, legend_of_drawn, new_figure, save
 
 _UNGROUPED = "(no group)"
 
@@ -83,8 +83,8 @@ def acquiescence_figure(acq: pd.DataFrame, path: Path, cont_points: pd.DataFrame
             if r.model in cp.index:
                 x, y = cp.loc[r.model, "p0"], cp.loc[r.model, "p1"]
                 ax.plot([r.p0, x], [r.p1, y], color=colors[r.group], lw=0.8, ls=":", zorder=2)
-                ax.scatter([x], [y], s=46, facecolors="white", edgecolors=[colors[r.group]], linewidths=1.4, zorder=3)
-        ax.scatter([], [], s=46, facecolors="white", edgecolors="0.3", label="continuous readout (p_agree)")
+                ax.scatter([x], [y], s=46, facecolors="white", edgecolors=[colors[r.group]], linewidths=1.4, zorder=3,
+                           label="continuous readout (p_agree)")
     for g, sub in per.groupby("group", sort=False):
         ax.scatter(sub["p0"], sub["p1"], s=58, color=colors[g], edgecolors="white", linewidths=0.8, zorder=4,
                    label=f"{g}" if g != _UNGROUPED else "models (sampled replies)")
@@ -109,7 +109,7 @@ def acquiescence_figure(acq: pd.DataFrame, path: Path, cont_points: pd.DataFrame
     ax.set_ylabel('p1: agree rate on "They should not X" (F1)')
     ax.set_title("Acquiescence: p0 + p1 - 1 (0 = coherent)", fontsize=11)
     ax.grid(alpha=0.3, lw=0.6)
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    legend_of_drawn(ax, [ax], loc="upper left", fontsize=8, framealpha=0.9)
     return save(fig, path)
 
 
@@ -181,7 +181,8 @@ def overcount_figure(over: pd.DataFrame, path: Path) -> Path:
     x = np.arange(len(per))
     rate = per["rate"].to_numpy(dtype=float)
     has = per["n"].to_numpy() > 0
-    err = np.vstack([rate - per["ci_low"].to_numpy(dtype=float), per["ci_high"].to_numpy(dtype=float) - rate])
+    # clipped at 0: at a rate of 0 (or 1) the Wilson bound can sit a rounding error past the rate
+    err = np.clip(np.vstack([rate - per["ci_low"].to_numpy(dtype=float), per["ci_high"].to_numpy(dtype=float) - rate]), 0, None)
     colors = ["#c0504d" if NEGATED.get(f) else "#4f81bd" for f in per["stratum"]]
     ax.bar(x[has], rate[has], color=[c for c, h in zip(colors, has) if h], width=0.6, alpha=0.85)
     ax.errorbar(x[has], rate[has], yerr=err[:, has], fmt="none", ecolor="black", capsize=4, lw=1)
@@ -191,7 +192,7 @@ def overcount_figure(over: pd.DataFrame, path: Path) -> Path:
     if pooled["n"] > 0:
         ax.axhline(pooled["rate"], ls="--", color="0.3", lw=1,
                    label=f"pooled {pooled['rate']:.1%} [{pooled['ci_low']:.1%}, {pooled['ci_high']:.1%}]")
-        ax.legend(loc="upper left", fontsize=8)
+        legend_of_drawn(ax, [ax], loc="upper left", fontsize=8)
     ax.set_xticks(x, per["stratum"])
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("P(gold != SUPPORTS_X | proxy endorse)")
@@ -221,7 +222,7 @@ def composition_figure(comp: pd.DataFrame, path: Path) -> Path:
     ax.set_yticks(y, list(rows.index))
     ax.set_xlabel("proxy-endorse rows")
     ax.set_title("Gold class of rows the binary proxy labels 'endorse'", fontsize=10)
-    ax.legend(loc="lower right", fontsize=7.5, framealpha=0.9)
+    legend_of_drawn(ax, [ax], loc="lower right", fontsize=7.5, framealpha=0.9)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, path)
 
@@ -234,7 +235,7 @@ def agreement_figure(agr: pd.DataFrame, path: Path) -> Path:
     lo, hi = agr["ci_low"].to_numpy(dtype=float), agr["ci_high"].to_numpy(dtype=float)
     colors = ["#c0504d" if n else "#4f9a4f" for n in agr["negated"]]
     ax.bar(x, val, color=colors, width=0.6)
-    err = np.vstack([val - lo, hi - val])
+    err = np.clip(np.vstack([val - lo, hi - val]), 0, None)  # a bound a rounding error past the value
     ok = np.isfinite(err).all(axis=0)
     ax.errorbar(x[ok], val[ok], yerr=err[:, ok], fmt="none", ecolor="black", capsize=4, lw=1)
     for xi, v in zip(x, val):
