@@ -47,6 +47,13 @@ class Table:
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
+    def col(self, name: str) -> str:
+        """`name`, checked to be one of this table's columns (a display naming a column imports it this way, so a
+        renamed column fails at import instead of showing a stale header)."""
+        if name not in self.names:
+            raise KeyError(f"{self.file}: no column {name!r}")
+        return name
+
     def frame(self, rows: list[dict]) -> pd.DataFrame:
         """Rows (dicts holding exactly the declared columns) as a DataFrame with the declared dtypes."""
         if rows:

@@ -13,12 +13,15 @@ import math
 
 import pandas as pd
 
+from contract.tables import NSI_CONTINUOUS, NSI_REPLIES, SCENARIOS
 from engine.errors import ReadoutError
 from readouts.show import DilemmaView, ScenarioView, dilemma_head, fmt, fmt_mass, format_view, plural, scenario_head
 
-SCENARIO_COLUMNS = ("cell", "readout", "frame", "orders", "reads", "p_violating", "violating fraction", "letter mass",
-                    "judged")
-DILEMMA_COLUMNS = ("framing", "negated", "p_agree", "p_endorse", "replies", "parsed", "endorse")
+SCENARIO_COLUMNS = (SCENARIOS.col("cell"), SCENARIOS.col("readout"), SCENARIOS.col("frame"), "orders", "reads",
+                    SCENARIOS.col("p_violating"), "violating fraction", "letter mass", "judged")
+"""The summary's headers: the scenario table's own column names where a column is shown as it is."""
+DILEMMA_COLUMNS = (NSI_CONTINUOUS.col("framing"), NSI_CONTINUOUS.col("negated"), NSI_CONTINUOUS.col("p_agree"),
+                   NSI_CONTINUOUS.col("p_endorse"), "replies", "parsed", NSI_REPLIES.col("endorse"))
 
 
 def narrow(v: ScenarioView | DilemmaView, cell: str | None = None, readout: str | None = None,
