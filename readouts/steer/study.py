@@ -173,23 +173,21 @@ class SteerRunner:
         positions = self.study.settings.positions
         reads = [rd for name in STEER_READOUTS for rd in self.plan._first_token_reads(scenarios, readout(name))]
         letters = [self.lm.letters(rd.rendered.letters) for rd in reads]
+        # One call for the whole grid: read-position steerings share one prefix tree with the unsteered reads (each
+        # steered read runs its last token only); all-position steerings get a tree each (engine/steering.py).
+        t0 = time.perf_counter()
+        conds = self.study.conditions
+        steer = [c.steering(positions) for c in conds for _ in reads]
+        out = score_steered(self.lm.model, [rd.ids for _ in conds for rd in reads], letters * len(conds), steer,
+                            temperature=self.profile.temperature, pad_id=self.lm.pad_id, token_budget=self.token_budget)
         rows = []
-        by_layer: dict = {}
-        for c in self.study.conditions:
-            by_layer.setdefault(c.layer, []).append(c)
-        for layer, conds in by_layer.items():  # one call per layer: read-position steerings share one prefix tree
-            t0 = time.perf_counter()
-            steer = [c.steering(positions) for c in conds for _ in reads]
-            out = score_steered(self.lm.model, [rd.ids for _ in conds for rd in reads], letters * len(conds), steer,
-                                temperature=self.profile.temperature, pad_id=self.lm.pad_id, token_budget=self.token_budget)
-            for k, c in enumerate(conds):
-                key = c.key(self.model_name, positions)
-                rows += [read_row(key, rd, res) for rd, res in zip(reads, out[k * len(reads) : (k + 1) * len(reads)])]
-            stage = "unsteered" if layer is None else f"layer {layer}"
-            self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - t0
-            self.counts[stage] = self.counts.get(stage, 0) + len(steer)
-            if self.bar is not None:
-                self.bar.update(len(steer))
+        for k, c in enumerate(conds):
+            key = c.key(self.model_name, positions)
+            rows += [read_row(key, rd, res) for rd, res in zip(reads, out[k * len(reads) : (k + 1) * len(reads)])]
+        self.timings["grid"] = self.timings.get("grid", 0.0) + time.perf_counter() - t0
+        self.counts["grid"] = self.counts.get("grid", 0) + len(steer)
+        if self.bar is not None:
+            self.bar.update(len(steer))
         capability = []
         if scenarios and scenarios[0].id == self.study.held[0].id:
             ids = encode_prompt(self.lm.tokenizer, Prompt(text=CAPABILITY_TEXT.read_text(encoding="utf-8")))

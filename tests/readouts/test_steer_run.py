@@ -122,8 +122,7 @@ def test_steered_reads_equal_a_hooked_plain_forward(steer_run):
             ["direction", df.layer.fillna(0), "strength"]):
         for row in g.head(3).itertuples():
             frame = {"D": "agent", "J0": "judge_letter", "control": "control"}[row.readout]
-            order = [o.id for o in by_id[row.scenario_id].options]  # the row's letters -> the option order read
-            letters_order = _order_of(by_id[row.scenario_id], row, frame, order)
+            letters_order = _order_of(by_id[row.scenario_id], row)
             vector = None if direction_name == "none" else direction[int(layer)] * strength
             want = hooked_p(lm, by_id[row.scenario_id], frame, row.cell, letters_order, int(layer), vector)
             assert abs(row.p_violating - want) < 1e-5, (direction_name, layer, strength, row.readout)
@@ -138,11 +137,26 @@ def test_steered_reads_equal_a_hooked_plain_forward(steer_run):
     assert len(cap) == conditions and (cap.tokens > 10).all() and cap.loss.nunique() > 1
 
 
-def _order_of(scenario, row, frame, _):
-    """The option ids in the order the row read them: its D/J0/control order index through the run's own orders."""
-    spec = {"agent": "D", "judge_letter": "J0", "control": "control"}[frame]
-    order = orders_for(scenario, readout(spec), PROFILE, 0)[row.order_index]
+def _order_of(scenario, row):
+    """The option ids in the order the row read them: its readout's seeded orders at its order index."""
+    order = orders_for(scenario, readout(row.readout), PROFILE, 0)[row.order_index]
     return [scenario.options[i].id for i in order]
+
+
+def test_stats_and_report_of_a_steering_run(steer_run, tmp_path):
+    from readouts.report.gather import gather
+    from readouts.report.render import page
+    from stats.steer import STEER_FIGURES, STEER_MARKDOWN, run_steer_report
+
+    lines = run_steer_report(steer_run, n_boot=200)
+    stats = steer_run / "stats"
+    assert (stats / STEER_FIGURES[0]).is_file() and (stats / STEER_MARKDOWN).is_file()
+    assert any(line.startswith("steer: layer 2") for line in lines), lines
+    grid = pd.read_csv(stats / "steer_grid.csv")
+    assert set(grid.quantity) >= {"E", "dE", "twin_move", "J0_move", "E0"}
+    (section,) = gather([steer_run]).sections
+    assert section.kind == "steering" and section.figures and section.tables
+    assert "Steering (held-out split)" in page(gather([steer_run]))
 
 
 def test_judgment_direction_equals_the_plain_forward_mean():
