@@ -131,7 +131,7 @@ class RunDir:
                 raise
             old, log = {}, ["--force: discarded a run whose manifest was unreadable"]
         if old is not None:
-            diffs = [k for k in IDENTITY if old.get(k) != manifest.get(k)] if old else ["manifest"]
+            diffs = [k for k in (*IDENTITY, *LATER_IDENTITY) if old.get(k) != manifest.get(k)] if old else ["manifest"]
             if diffs and not force:
                 raise ManifestMismatch(
                     f"{self.manifest_path}: {diffs[0]}: this run directory holds a run with a different {', '.join(diffs)}; "

@@ -122,8 +122,8 @@ class SteerStudy(GapStudy):
             name, source = st.direction, {"computed_from": "training split"}
             vectors = contrast_direction(lm, self.train, st.direction, profile, self._seed)
         else:
-            name, source = FILE_DIRECTION, {"file": st.direction, "sha256": file_sha256(st.direction)}
             vectors = load_vector_file(st.direction, lm.model)
+            name, source = FILE_DIRECTION, {"file": st.direction, "sha256": file_sha256(st.direction)}
         self.conditions = conditions(name, vectors, st, lm.model.config.hidden_size, self._seed)
         steering = {"direction": name, **source, "layers": list(st.layers), "strengths": list(st.strengths),
                     "positions": st.positions, "random_seeds": list(range(st.random)),
