@@ -48,8 +48,8 @@ def steerings_for(model, n):
     """Per prompt: none, read-position steerings at several depths and strengths, and two all-position ones."""
     gen = torch.Generator().manual_seed(5)
     hidden, depths = model.config.hidden_size, n_depths(model)
-    everywhere = [Steering(1, torch.randn(hidden, generator=gen) * 3, 2.0),
-                  Steering(depths - 1, torch.randn(hidden, generator=gen) * 3, -1.5)]
+    everywhere = [Steering(1, torch.randn(hidden, generator=gen) * 10, 2.0),
+                  Steering(depths - 1, torch.randn(hidden, generator=gen) * 10, -1.5)]
     out = []
     for i in range(n):
         if i % 5 == 4:
