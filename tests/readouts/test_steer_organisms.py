@@ -9,8 +9,11 @@ adapter's band), the pressure direction from the training split applied at the r
 - Both: the run reads exactly the held-out scenarios its manifest names, disjoint from the training ones.
 
 The quick profile's ten gap-v1 scenarios (the organisms' training records; five held out), two option orders per
-readout, one layer, three strengths, two random directions. Minutes on two shared cores, so outside `make test`
-(LOGIT_READOUT_SLOW=1, as tests/readouts/test_depth_organisms.py)."""
+readout, one layer, three strengths, two random directions. Outside `make test` (LOGIT_READOUT_SLOW=1, as
+tests/readouts/test_depth_organisms.py): SmolLM2 with an adapter, a residual pass over the training split, the grid
+and ten capability forwards. Not yet run to completion: in the session that wrote it the machine's two cores were
+shared at a load average of 10-12 and the run did not finish (docs/steering.md); the layer and thresholds are the
+issue's, not fitted to a measurement."""
 
 import dataclasses
 import json
