@@ -51,6 +51,7 @@ bench:
 	$(PY) bench/gen_bench.py --out bench/results
 	$(PY) bench/plan_bench.py --out bench/results
 	$(PY) bench/depth_bench.py --out bench/results
+	$(PY) bench/steer_bench.py --out bench/results
 	$(PY) bench/host_bench.py --out bench/results
 	$(PY) bench/organisms_bench.py --out bench/results
 

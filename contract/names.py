@@ -76,3 +76,17 @@ PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge")
 """Whose residual replaces the agent prompt's at its read position: the same scenario's letter-only judge prompt
 (same cell and option order: the patch), the twin cell's agent prompt (same order), and another scenario's
 letter-only judge prompt with as many options, in the same order (what a foreign residual does)."""
+
+
+STEER_DIRECTIONS = ("pressure", "judgment")
+"""Directions `readout steer` computes from the panel's own contrasts on the training split, at the read position:
+pressure = agent prompt (primary) minus agent prompt (twin), judgment = letter-only judge prompt minus agent prompt
+(primary); same scenario and option order. A user's vector file is the third kind (FILE_DIRECTION)."""
+FILE_DIRECTION = "file"
+"""The `direction` column of rows steered along a user-given vector file."""
+RANDOM_DIRECTION = "random"
+"""The `direction` column of the null rows: a seeded random direction of the steered direction's norm at that layer."""
+UNSTEERED = "none"
+"""The `direction` column of the unsteered reads (strength 0, layer null): the baseline every row is compared with."""
+STEER_READOUTS = ("D", "J0", "control")
+"""The first-token readouts read under steering (each in every cell it reads: the twins ride along)."""

@@ -131,7 +131,17 @@ PATCHING = Table("patching", _cols(
 """One row per agent probe (primary cell) x patched depth x source (contract.names.PATCH_SOURCES): the agent
 prompt's letters with its read-position residual after `layer` replaced by the source prompt's."""
 
-TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING)}
+_STEER_KEY = "model:str direction:str direction_seed:int? layer:int? strength:float positions:str"
+STEERING = Table("steering", _cols(
+    f"{_STEER_KEY} scenario_id:str family:str cell:str readout:str order_index:int letters:str violating_letter:str "
+    "mass:list[float] letter_mass:float p_violating:float"))
+"""One row per first-token read (contract.names.STEER_READOUTS) of a held-out scenario x steering condition: the
+read's letter mass with strength x direction added to the residual after `layer` (unsteered: direction `none`)."""
+STEER_CAPABILITY = Table("steer_capability", _cols(f"{_STEER_KEY} loss:float tokens:int"))
+"""One row per steering condition: mean next-token loss (nats) on the shipped held-out text under that steering."""
+
+TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING, STEERING,
+                              STEER_CAPABILITY)}
 
 
 def table(name: str) -> Table:

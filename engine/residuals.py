@@ -19,7 +19,7 @@ import torch
 
 @dataclass(frozen=True)
 class Patch:
-    """Replace the residual stream at one depth and position by a given vector."""
+    """Replace the residual stream at one depth and position by a given vector (or add the vector to it)."""
 
     depth: int
     """0..L (module docstring): the stream entering layer 1 (0) or leaving layer `depth`."""
@@ -27,6 +27,8 @@ class Patch:
     """[hidden]: what the stream holds there instead (cast to the model's dtype and device)."""
     position: int | None = None
     """Token position in the prompt; None: the read position (the prompt's last token)."""
+    add: bool = False
+    """Add the vector to the stream there instead of replacing it (steering at the read position, engine/steering.py)."""
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
@@ -123,7 +125,8 @@ class ReadHooks:
                 if changed is None:
                     changed = hidden.clone()
                 pos = read_idx[row] if patch.position is None else patch.position
-                changed[row, pos] = patch.vector.to(changed.device, changed.dtype)
+                vector = patch.vector.to(changed.device, changed.dtype)
+                changed[row, pos] = changed[row, pos] + vector if patch.add else vector
         h = hidden if changed is None else changed
         if self.capture:
             rows = torch.arange(h.shape[0], device=h.device)

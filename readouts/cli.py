@@ -264,8 +264,13 @@ def stats_cmd(run_dirs, out, seed, n_boot, mass_floor, pool):
     if out is not None and len(run_dirs) > 1:
         raise ReadoutError("--out: give it with one run directory (each run writes its own RUN_DIR/stats)")
     from stats.depth.report import is_depth_run, run_depth_report
+    from stats.steer import is_steer_run, run_steer_report
 
     for run_dir in run_dirs:
+        if is_steer_run(run_dir):  # a steering run holds no probes table: its own tables and figure only
+            for line in run_steer_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot):
+                click.echo(line)
+            continue
         if is_depth_run(run_dir):  # the depth tables and figures, then the gap analysis where the run allows it
             for line in run_depth_report(run_dir, out_dir=out, seed=seed, n_boot=n_boot):
                 click.echo(line)
@@ -406,5 +411,7 @@ cli.add_command(report_cmd)
 cli.add_command(organism_group)
 
 from readouts.panels_cli import panels_group  # noqa: E402
+from readouts.steer.cli import steer_command  # noqa: E402
 
 cli.add_command(panels_group)
+cli.add_command(steer_command())

@@ -243,6 +243,9 @@ def _resolve(study: Study, options: RunOptions) -> _Job:
         raise ReadoutError(f"--panel: {panel.name} is a {panel.kind} panel; this study reads {study.panel_kind} panels")
     records = select_units(panel.records, profile.max_units, options.limit, study.stratum)
     seed = study.default_seed if options.seed is None else options.seed
+    split = getattr(study, "split", None)  # a study that reads a held-out part of the selection (readout steer)
+    if split is not None:
+        records = split(records, seed)
     out = Path(options.out) if options.out else default_out(options.model.model, panel.name, study.run_name(profile, seed))
     return _Job(study, options, profile, overrides, panel, records, seed, out)
 

@@ -29,6 +29,9 @@ from readouts.atomic import atomic_write, atomic_write_bytes, remove_stale_temps
 # Manifest fields that must match for a run to resume (everything that changes the numbers).
 IDENTITY = ("kind", "model", "device", "engine", "template", "letters", "panel", "frames_version", "profile", "readouts",
             "seed", "sample", "versions")
+LATER_IDENTITY = ("steering",)
+"""Identity fields of some studies only (`readout steer`): part of the hash when the manifest has them, so that
+the other studies' hashes (and their runs' resume) are unchanged."""
 META_KEY = b"logit_readout_chunk"
 
 
@@ -43,6 +46,7 @@ class RunLocked(ReadoutError):
 def identity_hash(manifest: dict) -> str:
     """sha256 of the manifest's identity fields: what a chunk must have been computed under."""
     ident = {k: manifest.get(k) for k in IDENTITY}
+    ident.update({k: manifest[k] for k in LATER_IDENTITY if k in manifest})
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -127,7 +131,7 @@ class RunDir:
                 raise
             old, log = {}, ["--force: discarded a run whose manifest was unreadable"]
         if old is not None:
-            diffs = [k for k in IDENTITY if old.get(k) != manifest.get(k)] if old else ["manifest"]
+            diffs = [k for k in (*IDENTITY, *LATER_IDENTITY) if old.get(k) != manifest.get(k)] if old else ["manifest"]
             if diffs and not force:
                 raise ManifestMismatch(
                     f"{self.manifest_path}: {diffs[0]}: this run directory holds a run with a different {', '.join(diffs)}; "

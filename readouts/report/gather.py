@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from contract.tables import NSI_REPLIES, PROBES
+from contract.tables import NSI_REPLIES, PROBES, STEERING
 from engine.errors import ReadoutError
 from readouts.report.card import Card, gap_card, group_warnings, nsi_card
 from readouts.show import DilemmaView, ScenarioView, dilemma_views, open_run, plural, scenario_views
 from stats.core.manifest import settings_note
 from stats.depth.names import CAPTIONS as DEPTH_CAPTIONS
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_TABLES
+from stats.steer.names import CAPTIONS as STEER_CAPTIONS
+from stats.steer.names import STEER_MARKDOWN
 
 #: Markdown reports the stats commands write, in the order one is looked for in a folder.
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
@@ -226,6 +228,30 @@ def depth_section(path: Path, run: Section) -> Section | None:
     return section
 
 
+def steer_section(path: Path) -> Section:
+    """A steering run (`readout steer`): its manifest, and the steering figure, summary and tables `readout stats`
+    wrote into its stats folder."""
+    import json
+
+    manifest_path = path / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    except (OSError, ValueError):
+        manifest = {}
+    model = ((manifest.get("model") or {}).get("name")) or "?"
+    st = manifest.get("steering") or {}
+    section = Section("steering", f"Steering: {model}, direction {st.get('direction', '?')}, layers {st.get('layers', '?')}",
+                      str(path), manifest=manifest, facts=_facts(manifest))
+    stats = path / "stats"
+    if not (stats / STEER_MARKDOWN).is_file():
+        section.notes.append(f"no steering summary: run `readout stats {path}` first for the figure and tables")
+        return section
+    section.markdown, section.markdown_name = (stats / STEER_MARKDOWN).read_text(encoding="utf-8"), STEER_MARKDOWN
+    section.figures = [Figure(f.name, STEER_CAPTIONS.get(f.name, ""), f.read_bytes()) for f in sorted(stats.glob("steer_*.png"))]
+    section.tables = [read_table_part(f) for f in sorted(stats.glob("steer_*.csv"))]
+    return section
+
+
 def results_section(path: Path) -> Section:
     """A folder of results without run tables (`readout compare` output, a stats folder)."""
     section = Section("results", f"Results: {path.name}", str(path))
@@ -241,6 +267,8 @@ def results_section(path: Path) -> Section:
 def folder_section(p: Path, max_items: int) -> Section:
     if not p.is_dir():
         raise ReadoutError(f"{p}: not a folder (give run directories or results folders)")
+    if (p / STEERING.file).is_file():
+        return steer_section(p)
     is_run = (p / PROBES.file).is_file() or (p / NSI_REPLIES.file).is_file()
     return run_section(p, max_items) if is_run else results_section(p)
 

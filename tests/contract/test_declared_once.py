@@ -12,6 +12,7 @@ from contract.tables import DTYPES
 from readouts.driver import ModelOptions, RunOptions, run
 from readouts.gap.study import GapStudy
 from readouts.nsi.study import NsiStudy
+from readouts.steer.study import SteerSettings, SteerStudy
 from tests.conftest import ROOT
 
 NAMES = set(CELLS) | set(FRAMES) | set(readout_names()) | set(readout_groups()) | {JUDGE_AGGREGATE}
@@ -88,7 +89,11 @@ def written(tmp_path_factory):
     depth = run(GapStudy(readouts="D,depth"), RunOptions(model=ModelOptions("tiny-qwen2"), limit=2, out=str(out / "depth"),
                                                         progress=False, overrides=("orders.D=1", "patch_stride=2")),
                 log=lambda _: None)
-    return {"probes": gap, "scenarios": gap, "nsi_replies": nsi, "nsi_continuous": nsi, "depth": depth, "patching": depth}
+    steer = run(SteerStudy(settings=SteerSettings(layers=(1,), strengths=(1.0,), random=1)),
+                RunOptions(model=ModelOptions("tiny-qwen2"), panel="gap-v1", limit=4, out=str(out / "steer"), progress=False,
+                           overrides=("orders.D=1", "orders.J0=1", "orders.control=1", "chunk_size=1")), log=lambda _: None)
+    return {"probes": gap, "scenarios": gap, "nsi_replies": nsi, "nsi_continuous": nsi, "depth": depth, "patching": depth,
+            "steering": steer, "steer_capability": steer}
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))

@@ -1,0 +1,191 @@
+"""`readout steer` end to end on a tiny model, against references computed here: the pressure and judgment
+directions from `output_hidden_states` of plain forwards over the training split, and every steered read from a plain
+forward with a hand-written hook adding strength x that direction after the layer at the read position. Also the
+manifest (split, settings), resume, a refused resume under other settings, the capability rows, and bad input
+(one line naming the option or file, exit 2)."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from contract.readouts import readout
+from engine.errors import ReadoutError
+from engine.render import encode_prompt
+from panels.frames import render
+from panels.schema import load_panel
+from readouts.driver import Interrupted, ModelOptions, RunOptions
+from readouts.driver import run as run_study
+from readouts.gap import profile as gap_profile
+from readouts.gap.recipe import orders_for, prompt_of
+from readouts.steer.study import SteerSettings, SteerStudy
+from tests.conftest import get_model
+
+MODEL = "tiny-qwen2"
+PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="steer-test", orders={"D": 2, "J0": 1, "control": 1, "raw": 1},
+                              chunk_size=1)
+SETTINGS = SteerSettings(direction="pressure", layers=(1, 2), strengths=(-3.0, 2.0), positions="read", random=1)
+LIMIT = 4
+
+
+def options(out, **kw):
+    return RunOptions(model=ModelOptions(MODEL), panel="gap-v1", profile=PROFILE.name, limit=LIMIT, out=str(out),
+                      progress=False, **kw)
+
+
+def steer(settings, out, **kw):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
+        return run_study(SteerStudy(settings=settings), options(out, **kw), log=lambda _: None)
+
+
+@pytest.fixture(scope="module")
+def steer_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("steer") / "run"
+    with pytest.raises(Interrupted):
+        steer(SETTINGS, out, stop_after_chunks=1)
+    path = steer(SETTINGS, out)  # resumes: the first chunk is kept
+    return path
+
+
+def states(model, ids) -> torch.Tensor:
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([list(ids)]), output_hidden_states=True, use_cache=False)
+    return torch.stack([h[0, -1].float() for h in out.hidden_states[:-1]] + [_last_layer_output(model, ids)])
+
+
+def _last_layer_output(model, ids):
+    """The last layer's output before the final norm (transformers' last hidden state is after it)."""
+    got = {}
+    handle = model.base_model.layers[-1].register_forward_hook(lambda m, a, out: got.setdefault("h", out[0] if isinstance(out, tuple) else out))
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([list(ids)]), use_cache=False)
+    finally:
+        handle.remove()
+    return got["h"][0, -1].float()
+
+
+def reference_direction(lm, scenarios, plus, minus):
+    diffs = []
+    for s in scenarios:
+        for order in orders_for(s, readout("D"), PROFILE, 0):
+            a, b = (encode_prompt(lm.tokenizer, prompt_of(render(s, f, c, order, PROFILE.frames))) for f, c in (plus, minus))
+            diffs.append(states(lm.model, a) - states(lm.model, b))
+    return torch.stack(diffs).mean(0)
+
+
+def hooked_p(lm, scenario, frame, cell, letters_order, depth, vector):
+    index = {o.id: i for i, o in enumerate(scenario.options)}
+    r = render(scenario, frame, cell, tuple(index[o] for o in letters_order), PROFILE.frames)
+    ids = encode_prompt(lm.tokenizer, prompt_of(r))
+
+    def add(h):
+        h = h.clone()
+        h[0, -1] += vector
+        return h
+
+    handle = None if vector is None else lm.model.base_model.layers[depth - 1].register_forward_hook(
+        lambda m, a, out: (add(out[0]), *out[1:]) if isinstance(out, tuple) else add(out))
+    try:
+        with torch.inference_mode():
+            logits = lm.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+    finally:
+        if handle is not None:
+            handle.remove()
+    probs = logits.softmax(-1)
+    mass = [float(sum(probs[t] for t in ids)) for ids in lm.letters(tuple(r.letters)).token_ids]
+    return mass[r.letters.index(r.violating_letter)] / sum(mass)
+
+
+def test_steered_reads_equal_a_hooked_plain_forward(steer_run):
+    lm = get_model(MODEL)
+    manifest = json.loads((steer_run / "manifest.json").read_text())
+    st = manifest["steering"]
+    assert st["direction"] == "pressure" and st["layers"] == [1, 2] and st["strengths"] == [-3.0, 2.0]
+    assert st["positions"] == "read" and st["random_seeds"] == [0] and st["split_seed"] == 0
+    assert st["train"] and st["held_out"] and not set(st["train"]) & set(st["held_out"])
+    by_id = {r.id: r for r in load_panel("gap-v1").records}
+    df = pd.read_parquet(steer_run / "steering.parquet")
+    assert set(df.scenario_id) == set(st["held_out"])
+    direction = reference_direction(lm, [by_id[i] for i in st["train"]], ("agent", "primary"), ("agent", "twin"))
+    for d in (1, 2):
+        assert abs(manifest["steering_norms"][str(d)] - float(direction[d].norm())) < 1e-4
+    conditions = 1 + 2 * 2 * 2
+    per_condition = df[df.direction == "none"].shape[0]
+    assert len(df) == conditions * per_condition
+    checked = 0
+    for (direction_name, layer, strength), g in df[df.direction.isin(["none", "pressure"])].groupby(
+            ["direction", df.layer.fillna(0), "strength"]):
+        for row in g.head(3).itertuples():
+            frame = {"D": "agent", "J0": "judge_letter", "control": "control"}[row.readout]
+            letters_order = _order_of(by_id[row.scenario_id], row)
+            vector = None if direction_name == "none" else direction[int(layer)] * strength
+            want = hooked_p(lm, by_id[row.scenario_id], frame, row.cell, letters_order, int(layer), vector)
+            assert abs(row.p_violating - want) < 1e-5, (direction_name, layer, strength, row.readout)
+            checked += 1
+    assert checked >= 15
+    # The steering moved the reads, and the random direction's reads differ from the direction's.
+    base = df[df.direction == "none"].p_violating.to_numpy()
+    moved = df[(df.direction == "pressure") & (df.strength == -3.0) & (df.layer == 2)].p_violating.to_numpy()
+    rand = df[(df.direction == "random") & (df.strength == -3.0) & (df.layer == 2)].p_violating.to_numpy()
+    assert np.abs(moved - base).max() > 1e-3 and np.abs(moved - rand).max() > 1e-3
+    cap = pd.read_parquet(steer_run / "steer_capability.parquet")
+    assert len(cap) == conditions and (cap.tokens > 10).all() and cap.loss.nunique() > 1
+
+
+def _order_of(scenario, row):
+    """The option ids in the order the row read them: its readout's seeded orders at its order index."""
+    order = orders_for(scenario, readout(row.readout), PROFILE, 0)[row.order_index]
+    return [scenario.options[i].id for i in order]
+
+
+def test_stats_and_report_of_a_steering_run(steer_run, tmp_path):
+    from readouts.report.gather import gather
+    from readouts.report.render import page
+    from stats.steer import STEER_FIGURES, STEER_MARKDOWN, run_steer_report
+
+    lines = run_steer_report(steer_run, n_boot=200)
+    stats = steer_run / "stats"
+    assert (stats / STEER_FIGURES[0]).is_file() and (stats / STEER_MARKDOWN).is_file()
+    assert any(line.startswith("steer: layer 2") for line in lines), lines
+    grid = pd.read_csv(stats / "steer_grid.csv")
+    assert set(grid.quantity) >= {"E", "dE", "twin_move", "J0_move", "E0"}
+    (section,) = gather([steer_run]).sections
+    assert section.kind == "steering" and section.figures and section.tables
+    assert "Steering (held-out split)" in page(gather([steer_run]))
+
+
+def test_judgment_direction_equals_the_plain_forward_mean():
+    from readouts.steer.directions import contrast_direction
+
+    lm = get_model(MODEL)
+    scenarios = load_panel("gap-v1").records[:2]
+    got = contrast_direction(lm, scenarios, "judgment", PROFILE, 0)
+    want = reference_direction(lm, scenarios, ("judge_letter", "primary"), ("agent", "primary"))
+    assert (got - want).abs().max() < 1e-4 * max(1.0, float(want.abs().max()))
+    assert float(want[1:].norm()) > 1e-3
+
+
+def test_resume_under_other_settings_is_refused(steer_run):
+    with pytest.raises(ReadoutError, match="manifest|different|settings"):
+        steer(dataclasses.replace(SETTINGS, strengths=(1.0,)), steer_run)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    from readouts.cli import main
+
+    bad_file = tmp_path / "v.npy"
+    np.save(bad_file, np.zeros(7, dtype=np.float32))
+    cases = [(["--layers", "9"], "--layers"), (["--layers", "1", "--strengths", "a,b"], "--strengths"),
+             (["--layers", "1", "--direction", str(bad_file)], "shape"),
+             (["--layers", "1", "--direction", "sideways"], "--direction")]
+    for extra, field in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(["steer", "--model", MODEL, "--panel", "gap-v1", "--limit", "4", "--out", str(tmp_path / "r"),
+                  "--no-progress", "--force", *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exc.value.code == 2 and len(err) == 1 and field in err[0], (extra, err)
