@@ -39,4 +39,6 @@ INDEX = Numeric(int, 0)
 SHARE = Numeric(float, 0.0, 1.0)
 """A probability or share in [0, 1]."""
 TOP_P = Numeric(float, 0.0, 1.0, low_open=True)
+SPLIT = Numeric(float, 0.0, 1.0, low_open=True)
+"""A training share of a split: above 0 (each stratum of two or more keeps one record on each side)."""
 TEMPERATURE = Numeric(float, 0.0)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from contract.names import STEER_DIRECTIONS
+from contract.options import INDEX, SPLIT
 from engine.errors import ReadoutError
 from engine.steering import POSITIONS
+from readouts.options import bounded
 
 
 def _numbers(text: str, name: str, kind=float) -> tuple:
@@ -31,8 +33,8 @@ def steer_command() -> click.Command:
     @click.option("--strengths", default="-2,-1,-0.5,0.5,1", show_default=True, help="multipliers of the direction")
     @click.option("--positions", type=click.Choice(POSITIONS), default="read", show_default=True,
                   help="add at the read position only, or at every position of the prompt")
-    @click.option("--random", "n_random", default=3, show_default=True, type=int, help="random null directions of the same norm")
-    @click.option("--train-fraction", default=0.5, show_default=True, type=float, help="share of each family used for directions")
+    @click.option("--random", "n_random", default=3, show_default=True, type=bounded(INDEX), help="random null directions of the same norm")
+    @click.option("--train-fraction", default=0.5, show_default=True, type=bounded(SPLIT), help="share of each family used for directions")
     def steer_cmd(panel, direction, layers, strengths, positions, n_random, train_fraction, **kwargs):
         """Steer the gap study's first-token readouts (D, J0, control, twins) on a held-out split; see docs/steering.md."""
         from readouts.steer.study import SteerSettings, SteerStudy

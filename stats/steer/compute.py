@@ -18,6 +18,7 @@ import pandas as pd
 
 from contract.names import RANDOM_DIRECTION, UNSTEERED
 from stats.core.bootstrap import scenario_bootstrap
+from stats.gap.names import CONTROL, D, J0, PRIMARY, TWIN
 
 CONDITION = ["direction", "direction_seed", "layer", "strength"]
 COLUMNS = ("p_D", "p_J0", "p_D_twin", "p_J0_twin", "control", "E")
@@ -34,8 +35,8 @@ def scenario_values(steering: pd.DataFrame) -> pd.DataFrame:
     d["layer"] = d.layer.astype("Int64").fillna(-1).astype(int)
     means = d.groupby([*CONDITION, "scenario_id", "readout", "cell"]).p_violating.mean()
     wide = means.unstack(["readout", "cell"])
-    want = {"p_D": ("D", "primary"), "p_J0": ("J0", "primary"), "p_D_twin": ("D", "twin"),
-            "p_J0_twin": ("J0", "twin"), "control": ("control", "primary")}
+    want = {"p_D": (D, PRIMARY), "p_J0": (J0, PRIMARY), "p_D_twin": (D, TWIN), "p_J0_twin": (J0, TWIN),
+            "control": (CONTROL, PRIMARY)}
     out = pd.DataFrame({name: wide[col] if col in wide.columns else np.nan for name, col in want.items()}, index=wide.index)
     out = out.dropna(subset=["p_D", "p_J0", "p_D_twin", "p_J0_twin"])
     out["E"] = (out.p_D - out.p_J0) - (out.p_D_twin - out.p_J0_twin)

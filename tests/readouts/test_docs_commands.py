@@ -192,6 +192,11 @@ RUN = {
     ".venv/bin/readout panels show nsi-14 financial-1 --frame F1 --model tiny-llama3": Run("as written"),
 }
 
+_STEER_ORGANISM = ("SmolLM2-135M with an organism adapter over the quick panel's held-out half, a grid of strengths and "
+                   "random nulls (minutes on two cores); `readout steer` runs end to end on tiny-qwen2 in "
+                   "tests/readouts/test_steer_run.py, and on the organisms in tests/readouts/test_steer_organisms.py")
+_STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/test_steer_run.py)"
+
 NOT_RUN = {
     "make install": "creates .venv from PyPI (network, minutes); this suite runs inside the venv it makes",
     "make test": "the suite itself, this test included",
@@ -210,6 +215,20 @@ NOT_RUN = {
         "eight processes, one per GPU (accelerate is not a dependency)",
     "torchrun --nproc_per_node 8 .venv/bin/readout nsi --model olmo-3-7b --profile paper --out runs/olmo/nsi-paper":
         "eight processes, one per GPU",
+    "readout steer --model smollm2-135m --peft gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --out runs/steer-gap":
+        _STEER_ORGANISM,
+    "readout stats runs/steer-gap":
+        _STEER_READS,
+    "readout report runs/steer-gap":
+        _STEER_READS,
+    "readout steer --model smollm2-135m --peft gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-gap":
+        _STEER_ORGANISM,
+    "readout steer --model smollm2-135m --peft no-gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-no-gap":
+        _STEER_ORGANISM,
+    "readout stats runs/steer-no-gap":
+        _STEER_READS,
+    "LOGIT_READOUT_SLOW=1 python -m pytest -q tests/readouts/test_steer_organisms.py":
+        "the organism steering test itself (gated: minutes on two cores)",
 }
 
 

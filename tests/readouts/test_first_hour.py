@@ -116,7 +116,8 @@ def _help(path, capsys) -> str:
 
 
 def test_help_examples_are_valid_for_their_command(capsys):
-    profiles = {"run": GAP_PROFILES["quick"], "nsi": NSI_PROFILES["quick"], "sweep": GAP_PROFILES["quick"]}
+    profiles = {"run": GAP_PROFILES["quick"], "nsi": NSI_PROFILES["quick"], "sweep": GAP_PROFILES["quick"],
+                "steer": GAP_PROFILES["quick"]}
     for path, _ in _commands(cli_group):
         text = _help(path, capsys)
         sets = re.findall(r"--set ([a-z_][A-Za-z0-9_.]*=[^\s;)]+)", text)
