@@ -18,7 +18,7 @@ import pandas as pd
 
 from contract.names import RANDOM_DIRECTION, UNSTEERED
 from stats.core.bootstrap import scenario_bootstrap
-from stats.gap.names import CONTROL, D, J0, PRIMARY, TWIN
+from stats.gap.names import CONTROL, J0, PRIMARY, TWIN, D
 
 CONDITION = ["direction", "direction_seed", "layer", "strength"]
 COLUMNS = ("p_D", "p_J0", "p_D_twin", "p_J0_twin", "control", "E")
