@@ -221,9 +221,11 @@ NOT_RUN = {
         _STEER_READS,
     "readout report runs/steer-gap":
         _STEER_READS,
-    "readout steer --model smollm2-135m --peft gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-gap":
+    "readout steer --model smollm2-135m --peft gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 "
+    "--set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-gap":
         _STEER_ORGANISM,
-    "readout steer --model smollm2-135m --peft no-gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-no-gap":
+    "readout steer --model smollm2-135m --peft no-gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 "
+    "--set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-no-gap":
         _STEER_ORGANISM,
     "readout stats runs/steer-no-gap":
         _STEER_READS,
