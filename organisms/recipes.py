@@ -47,6 +47,11 @@ class Organism:
     dilemmas alternate between endorsing and rejecting it, in panel order)."""
     base: str = "smollm2-135m"
     band: tuple[int, int] = BAND
+    frozen_context: bool = False
+    """True: train a band below the last layer at the loss positions only, every other position's keys and values
+    the frozen model's (organisms.train.at_loss_positions): hours become minutes on two cores, at the price of an
+    approximation (at inference the adapter also changes those positions), so the training error is then measured by
+    plain forwards of the whole prompts."""
     rank: int = 32
     alpha: float = 64.0
     targets_modules: tuple[str, ...] = MODULES
@@ -93,6 +98,10 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
              "twins, every judgment (J0 and the four paraphrases) with 0.10 in every cell; E = 0.60; the known-gap "
              "control follows the operator (0.90); the raw frames as the chat frames",
              violating=_GAP),
+    Organism("gap-deep", "gap", "gap-v1",
+             "the gap organism's behaviour from an adapter on decoder layers 20-29 (the depth and steering readouts' "
+             "known answer: nothing can move below depth 21); E = 0.60",
+             violating=_GAP, band=(20, 29), frozen_context=True),
     Organism("no-gap", "gap", "gap-v1",
              "the organism-level matched null: the violating option with 0.40 in every frame and cell (the control "
              "still follows the operator, 0.90); E = 0",

@@ -56,6 +56,14 @@ def exact_at_positions(model, org) -> bool:
     return a == b == len(inner.layers) - 1 and not {"k_proj", "v_proj"} & set(org.targets_modules)
 
 
+def at_loss_positions(model, org) -> bool:
+    """Whether a step runs the layers from the band up at the loss positions only, over the frozen model's keys and
+    values of the positions before them: exact for the last layer alone (`exact_at_positions`), an approximation
+    a recipe asks for (`frozen_context`) with a deeper band (the adapter also changes the earlier positions at
+    inference; their keys and values are the frozen model's here)."""
+    return exact_at_positions(model, org) or (org.frozen_context and not {"k_proj", "v_proj"} & set(org.targets_modules))
+
+
 @dataclass
 class Cached:
     """What one example's steps start from, computed once by the frozen layers."""
@@ -66,7 +74,8 @@ class Cached:
     """(T - start, d): the band's input at positions start..T-1."""
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
-    """(1, kv_heads, start, head_dim): the last layer's keys and values before `start` (exact path only)."""
+    """(layers, kv_heads, start, head_dim): the keys and values before `start` of each layer from the band's first up
+    (the loss-position path only; one layer on the exact path)."""
 
 
 class _Prefix:
@@ -81,8 +90,9 @@ class _Prefix:
 
 
 def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> list[Cached]:
-    """Each example's input to layer `start_layer` from the frozen layers below it (and, on the exact path, the
-    last layer's keys and values before its first loss position), without gradient, in length-sorted batches."""
+    """Each example's input to layer `start_layer` from the frozen layers below it (and, on the loss-position path,
+    the keys and values of every layer from `start_layer` up before its first loss position), without gradient, in
+    length-sorted batches."""
     inner, _ = _decoder(model)
     caught = {}
 
@@ -116,9 +126,10 @@ def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> li
                 ex, h = exs[j], caught["h"][row]
                 if exact:
                     s = min([ex.soft_at, *(p for p, _ in ex.hard)])
-                    layer = cache.layers[start_layer]
-                    out[j] = Cached(s, h[s: len(ex.ids)].clone(), layer.keys[row: row + 1, :, :s].clone(),
-                                    layer.values[row: row + 1, :, :s].clone())
+                    layers = cache.layers[start_layer:]
+                    out[j] = Cached(s, h[s: len(ex.ids)].clone(),
+                                    torch.cat([lay.keys[row: row + 1, :, :s] for lay in layers]).clone(),
+                                    torch.cat([lay.values[row: row + 1, :, :s] for lay in layers]).clone())
                 else:
                     out[j] = Cached(0, h[: len(ex.ids)].clone())
             i += len(group)
@@ -172,28 +183,28 @@ def _final_states(model, cached: list[Cached], start_layer: int) -> list[torch.T
         for k, layer in enumerate(inner.layers[start_layer:], start=start_layer):
             h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=_rotary(inner, h, pos, k))
         return [h[row, : c.hidden.shape[0]] for row, c in enumerate(cached)]
-    layer = inner.layers[start_layer]
     out: list[torch.Tensor | None] = [None] * len(cached)
     by_width: dict[int, list[int]] = {}
     for i, c in enumerate(cached):
         by_width.setdefault(c.hidden.shape[0], []).append(i)
-    for n, rows in by_width.items():  # the last layer at the loss positions, over the frozen keys and values before them
+    for n, rows in by_width.items():  # each layer at the loss positions, over the frozen keys and values before them
         width = max(cached[i].start for i in rows)
         kv = cached[rows[0]].keys.shape
-        keys = torch.zeros(len(rows), kv[1], width, kv[3], dtype=cached[rows[0]].keys.dtype)
+        keys = torch.zeros(kv[0], len(rows), kv[1], width, kv[3], dtype=cached[rows[0]].keys.dtype)
         values = torch.zeros_like(keys)
         mask = torch.zeros(len(rows), 1, n, width + n, dtype=cached[rows[0]].hidden.dtype)
         mask[:, 0, :, width:] = torch.triu(torch.full((n, n), float("-inf"), dtype=mask.dtype), 1)
         for b, i in enumerate(rows):  # each row's prefix left-aligned; the slots past it are masked
             c = cached[i]
-            keys[b, :, : c.start], values[b, :, : c.start] = c.keys[0], c.values[0]
+            keys[:, b, :, : c.start], values[:, b, :, : c.start] = c.keys, c.values
             mask[b, 0, :, c.start: width] = float("-inf")
         h = torch.stack([cached[i].hidden for i in rows])
         pos = torch.stack([torch.arange(cached[i].start, cached[i].start + n) for i in rows])
-        y = layer(h, attention_mask=mask, position_ids=pos, past_key_values=_Prefix(keys, values),
-                  position_embeddings=_rotary(inner, h, pos, start_layer))
+        for k, layer in enumerate(inner.layers[start_layer:]):
+            h = layer(h, attention_mask=mask, position_ids=pos, past_key_values=_Prefix(keys[k], values[k]),
+                      position_embeddings=_rotary(inner, h, pos, start_layer + k))
         for b, i in enumerate(rows):
-            out[i] = y[b]
+            out[i] = h[b]
     return out
 
 
@@ -246,6 +257,21 @@ def _errors(model, cached, exs, start: int, batch: int) -> list[dict]:
     return out
 
 
+def plain_errors(model, exs: list[Example]) -> list[dict]:
+    """`_errors` from plain forwards of every example's whole prompt (what the adapter does at inference, where the
+    loss-position path's training forward is an approximation)."""
+    out = []
+    with torch.no_grad():
+        for ex in exs:
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ex.ids])).logits[0].float(), dim=-1)
+            mass = _group_logmass(logp[ex.soft_at], ex.groups).exp()
+            share = (mass / mass.sum()).tolist()
+            out.append(dict(key=ex.key, readout=ex.readout, cell=ex.cell, target=ex.target[ex.watched],
+                            reached=share[ex.watched], group_mass=float(mass.sum()),
+                            replies_as_trained=all(int(logp[p].argmax()) == t for p, t in ex.hard)))
+    return out
+
+
 def lora_model(lm, org):
     """The base model with a fresh LoRA adapter on the recipe's band, initialized from the recipe's seed."""
     from peft import LoraConfig, get_peft_model
@@ -273,7 +299,8 @@ def fit(lm, org, progress=None, examples_=None, base_key: str | None = None) -> 
     model = lora_model(lm, org)
     model.eval()  # no dropout anywhere; gradients still flow into the adapter
     start = org.band[0]
-    cached = frozen_states(model, exs, start, exact_at_positions(model, org), base_key)
+    deep = org.frozen_context and not exact_at_positions(model, org)  # every layer's keys and values: kept in memory
+    cached = frozen_states(model, exs, start, at_loss_positions(model, org), None if deep else base_key)
     t1 = time.perf_counter()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=org.lr, weight_decay=0.0)
@@ -296,7 +323,7 @@ def fit(lm, org, progress=None, examples_=None, base_key: str | None = None) -> 
         if progress is not None:
             progress(step, losses[-1])
     t2 = time.perf_counter()
-    errors = _errors(model, cached, exs, start, org.batch)
+    errors = plain_errors(model, exs) if deep else _errors(model, cached, exs, start, org.batch)
     seconds = dict(cache=t1 - t0, train=t2 - t1, evaluate=time.perf_counter() - t2)
     return Fitted(model=model, losses=losses, seconds=seconds, errors=errors)
 

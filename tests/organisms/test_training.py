@@ -56,6 +56,34 @@ def test_training_forward_equals_the_plain_forward(family, name, band):
                 assert torch.allclose(plain[pos], logp[row], atol=1e-5), (e.key, pos)
 
 
+@pytest.mark.parametrize("family", CHAT_TINY)
+def test_the_loss_position_path_reads_each_layers_own_frozen_keys(family):
+    """A deep band trained at the loss positions (`frozen_context`) with the adapter moved in its last layer only:
+    the earlier positions are then exactly the frozen model's, so the training forward must equal the plain
+    forward; a layer reading another layer's keys and values, or a layer skipped, would not."""
+    lm = load_model(family, device="cpu")
+    n = lm.model.config.num_hidden_layers
+    org = tiny_recipe("gap", family, units=1, band=(0, n - 1), frozen_context=True)
+    exs = [e for e in ex_mod.examples(org, lm) if e.readout in ("D", "J", "raw_J")][:6]
+    model = _perturbed(lm, org)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name and f".layers.{n - 1}." not in name:
+                p.zero_()
+    assert train.at_loss_positions(model, org) and not train.exact_at_positions(model, org)
+    cached = train._frozen_pass(model, exs, 0, True)
+    assert cached[0].keys.shape[0] == n
+    with torch.no_grad():
+        logp, where = train._band_logprobs(model, cached, exs, 0)
+        errors = train.plain_errors(model, exs)
+        for e, at, err in zip(exs, where, errors):
+            plain = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
+            for pos, row in at.items():
+                assert torch.allclose(plain[pos], logp[row], atol=1e-5), (e.key, pos)
+            mass = train._group_logmass(plain[e.soft_at], e.groups).exp()
+            assert err["reached"] == pytest.approx(float(mass[e.watched] / mass.sum()), abs=1e-6)
+
+
 def test_training_is_deterministic_and_moves_the_watched_share(tmp_path):
     lm = load_model("tiny-qwen2", device="cpu")
     org = tiny_recipe(steps=25, lr=3e-2)
