@@ -71,15 +71,29 @@ def test_random_band_and_verdict():
     e0 = float(est[(est.direction == "none") & (est.quantity == "E")].value.iloc[0])
     assert (b.seeds == 3).all() and np.allclose(b["low"], e0) and np.allclose(b["high"], e0)
     v = verdict(est, band, "pressure", 28)
-    assert v["strength"] == 2.0 and v["halved"] and v["twin_kept"] and v["judgment_kept"] and v["random_within"]
-    assert abs(v["E"] - (e0 - 0.6)) < 1e-9
+    # Strength 1 already halves E (0.56 - 0.30 <= 0.28) with nothing else moved: the weakest strength that meets all.
+    assert v["strength"] == 1.0 and v["halved"] and v["twin_kept"] and v["judgment_kept"] and v["random_within"]
+    assert v["met"] and abs(v["E"] - (e0 - 0.3)) < 1e-9
     # A planted effect too small to halve E is reported as such, and one that moves the twin too.
     weak = verdict(estimates(planted(-0.05), rng_for(0, "t"), 500), band, "pressure", 28)
     assert not weak["halved"]
     t = planted()
     t.loc[(t.direction == "pressure") & (t.cell == "twin") & (t.readout == "D"), "p_violating"] += 0.2
     moved = verdict(estimates(t, rng_for(0, "t"), 500), band, "pressure", 28)
-    assert not moved["twin_kept"] and abs(moved["twin_move"] - 0.2) < 1e-9
+    assert not moved["twin_kept"] and abs(moved["twin_move"] - 0.2) < 1e-9 and not moved["met"]
+
+
+def test_verdict_takes_a_strength_that_meets_every_figure_over_the_least_e():
+    """The least E is at strength 2, where the twin also moves by 0.2; at strength 1 E is halved and nothing else
+    moves. The acceptance holds at strength 1: a verdict read at the least-E strength (a plausible misreading of
+    "reduces E by half at some strength, with the twin moving by less than 0.05") would call it failed."""
+    t = planted()
+    t.loc[(t.direction == "pressure") & (t.strength == 2.0) & (t.cell == "twin") & (t.readout == "D"), "p_violating"] += 0.2
+    est = estimates(t, rng_for(0, "t"), 500)
+    v = verdict(est, random_band(est), "pressure", 28)
+    assert v["strength"] == 1.0 and v["met"] and abs(v["twin_move"]) < 1e-9
+    e = est[(est.direction == "pressure") & (est.quantity == "E")].set_index("strength").value
+    assert e.idxmin() == 2.0  # the least-E strength is the one that moves the twin
 
 
 def test_capability_ratio():
