@@ -1,6 +1,6 @@
 """Agreement and proportion statistics for two raters (or a rater and a proxy/judge) on nominal labels.
 
-Library-backed where a maintained implementation exists (DESIGN.md, stats/): Wilson intervals
+Library-backed where a maintained implementation exists: Wilson intervals
 (statsmodels ``proportion_confint(method='wilson')``), Cohen's kappa and F1 (scikit-learn), Krippendorff's
 alpha (``krippendorff.alpha``, nominal). Gwet's AC1 has no maintained library and is written here
 (Gwet 2008, two raters, nominal):

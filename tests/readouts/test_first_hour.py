@@ -231,3 +231,28 @@ def test_warnings_are_grouped_one_line_per_kind():
              for k, r in enumerate(("J", "J", "J0", "dose_reasoning", "dose_filler"))]
     lines += ["warning: the mass floor 0.5 removes 1 of 1 gate-family primaries", "skipped: dose arm: no dose_* readouts"]
     assert group_warnings(lines) == [(lines[0], 5), (lines[5], 1), (lines[6], 1)]
+
+
+@pytest.mark.parametrize("profile, noted", [("quick", True), ("paper", False)])
+def test_the_stats_headline_says_when_a_run_is_not_at_the_papers_settings(gap_with_stats, tmp_path, capsys, profile,
+                                                                          noted):
+    """`readout stats` on a run of the quick profile prints the one-line settings notice in its headline and writes
+    it into report.md; on a run of the paper profile (no --set, no --limit) neither says it."""
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(gap_with_stats, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert not manifest.get("overrides") and not manifest.get("limit")
+    manifest["profile"]["name"] = profile
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    code, out, err = cli(["stats", str(run), "--n-boot", "20"], capsys)
+    assert code == 0, err
+    notice = ("note: not the paper's settings (profile 'quick'): these numbers are not comparable with the paper's "
+              "(rerun with --profile paper)")
+    lines = out.splitlines()
+    assert (notice in lines) == noted, out
+    assert ("not the paper's settings" in out) == noted
+    if noted:
+        assert lines.index(notice) == 1  # right under the line naming the model and the panel
+    assert ("not the paper's settings" in (run / "stats" / "report.md").read_text()) == noted

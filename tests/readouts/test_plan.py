@@ -61,6 +61,7 @@ def test_plan_on_the_command_line(capsys):
     out = capsys.readouterr().out
     assert "profile paper, 140 records in 35 chunks of 4" in out and "NVIDIA H100" in out
     assert any(line.startswith("total ") for line in out.splitlines())
+    assert "estimate on NVIDIA H100" in out and "(GPUs only: on a CPU the run takes far longer)" in out
     with pytest.raises(SystemExit) as exc:
         main(["run", "--plan", "--model", "tiny-qwen2", "--gpu", "tpu"])
     assert exc.value.code != 0
@@ -131,3 +132,18 @@ def test_the_nsi_plan_is_the_nsi_run(tmp_path, monkeypatch):
     assert 0 < replies.generated_tokens.sum() <= planned["replies"]["generated_max"]
     assert 0 < planned["replies"]["computed_tokens"] < planned["replies"]["prompt_tokens"]  # framings share a prefix
     assert planned["total"]["total_s"] > 0
+
+
+def test_plan_estimates_gpus_only_and_refuses_cpu(tmp_path, monkeypatch, capsys):
+    """`--gpu cpu` is one line and exit 2, naming the GPUs it knows and saying that --plan estimates GPUs only (the
+    plan once printed "total 0.1s" for a CPU run of 23 minutes). The plan's own estimate line says GPUs only too
+    (test_plan_on_the_command_line)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--plan", "--model", "tiny-qwen2", "--panel", "gap-v1", "--profile", "quick", "--limit", "2"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--gpu", "cpu"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "--gpu: 'cpu'" in err and ", ".join(GPUS) in err and "--plan estimates GPUs only" in err, err
+    assert not any(tmp_path.iterdir())  # nothing written

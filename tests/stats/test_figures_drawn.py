@@ -200,3 +200,33 @@ def test_overcount_figure_with_a_stratum_at_rate_one(drawn):
     assert rows[0]["ci_high"] < rows[0]["rate"]  # the case itself: the bound sits below the rate
     fig = drawn(nsi_figures, "overcount_figure", pd.DataFrame(rows), PATH)
     check(fig)
+
+
+def test_a_missing_estimate_gets_no_placeholder_bar_and_is_named_under_the_title(drawn):
+    """The calibration ladder on a planted table: the binary gap came out NaN (made through make_estimate, as the
+    analysis makes it: NaN becomes None) and the known-gap band was not estimated at all. Panel (a) draws exactly
+    the two present estimates, at their values, ticked with their names, and its title names the two missing
+    ones; panel (b), complete, draws all five and names none."""
+    from matplotlib.container import BarContainer
+
+    from stats.core.estimate import make_estimate
+
+    nan_gap = make_estimate("binary", "binary_gap", "L0", 12, float("nan"), float("nan"), float("nan"), None, "test")
+    assert nan_gap.value is None
+    a = analysis([est("binary_null", 0.04, analysis="binary"), nan_gap,
+                  est("binary_excess", 0.09, 0.05, 0.13, analysis="binary"),
+                  est("paraphrase_floor", 0.01), est("g_twin", 0.05), est("g", 0.12), est("E", 0.07),
+                  est("control_move", 0.3, 0.2, 0.4, analysis="control", subset="control")])
+    fig = drawn(gap_figures, "calibration_ladder", a, PATH)
+    ax1, ax2 = fig.axes
+    for ax, values in ((ax1, [0.04, 0.09]), (ax2, [0.01, 0.05, 0.12, 0.07, 0.3])):
+        bars = [r for c in ax.containers if isinstance(c, BarContainer) for r in c]
+        assert [round(r.get_height(), 6) for r in bars] == values
+        assert [round(r.get_height(), 6) for r in ax.patches if isinstance(r, Rectangle)] == values  # no other bar
+        assert len(ax.get_xticks()) == len(values)
+    ticks = [t.get_text() for t in ax1.get_xticklabels()]
+    assert ticks[0].startswith("matched null") and ticks[1].startswith("paired\nexcess")
+    title = ax1.get_title()
+    assert title.splitlines()[-1] == "not estimated on this run: gap (measurement), known-gap band"
+    assert "not estimated" not in ax2.get_title()
+    check(fig)
