@@ -91,7 +91,7 @@ def paired_excess(values: dict, scenarios, action: str = "D", judgment: str = "J
 KNOWN_ANSWER_FAMILIES = ("F1", "F3", "F4")
 """Gate families whose first three-option training scenario the known-answer runs read (three options: the quick
 profile's 6 D orders are position-balanced, which `position-a`'s 1/n needs)."""
-KNOWN_ANSWER_READOUTS = {"gap": "D,J0,J,control", "no-gap": "D,J", "raw-reversal": "D,J,raw", "position-a": "D,J"}
+KNOWN_ANSWER_READOUTS = {"gap": "D,J0,J,control", "gap-deep": "D,J0,J,control", "no-gap": "D,J", "raw-reversal": "D,J,raw", "position-a": "D,J"}
 """The `--readouts` each gap organism's known-answer run reads (what its planted quantities need); the reference
 holds the plain reads of exactly those."""
 REFERENCE_FILE = "reference.json"
