@@ -215,21 +215,20 @@ NOT_RUN = {
         "eight processes, one per GPU (accelerate is not a dependency)",
     "torchrun --nproc_per_node 8 .venv/bin/readout nsi --model olmo-3-7b --profile paper --out runs/olmo/nsi-paper":
         "eight processes, one per GPU",
-    "readout steer --model smollm2-135m --peft gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --out runs/steer-gap":
-        _STEER_ORGANISM,
-    "readout stats runs/steer-gap":
-        _STEER_READS,
-    "readout report runs/steer-gap":
-        _STEER_READS,
-    "readout steer --model smollm2-135m --peft gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 "
-    "--set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-gap":
-        _STEER_ORGANISM,
-    "readout steer --model smollm2-135m --peft no-gap --panel gap-v1 --profile quick --layers 29 --strengths=-2,-1,1 --random 2 "
-    "--set orders.D=2 --set orders.J0=2 --set orders.control=1 --out runs/steer-no-gap":
-        _STEER_ORGANISM,
-    "readout stats runs/steer-no-gap":
-        _STEER_READS,
-    "LOGIT_READOUT_SLOW=1 python -m pytest -q tests/readouts/test_steer_organisms.py":
+    "readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 22 --strengths=-1,-0.5 "
+    "--out runs/steer-gap": _STEER_ORGANISM,
+    "readout stats runs/steer-gap": _STEER_READS,
+    "readout report runs/steer-gap": _STEER_READS,
+    "readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 22,25,28 "
+    "--strengths=-4,-2,-1,-0.5,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 "
+    "--out runs/steer-gap-deep": _STEER_ORGANISM,
+    "readout stats runs/steer-gap-deep": _STEER_READS,
+    ".venv/bin/readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 22,25,28 "
+    "--strengths=-4,-2,-1,-0.5,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 "
+    "--out runs/steer-gap-deep": _STEER_ORGANISM,
+    "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/test_depth_organisms.py":
+        "the organism depth test itself (gated: minutes on two cores)",
+    "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/test_steer_organisms.py":
         "the organism steering test itself (gated: minutes on two cores)",
 }
 
