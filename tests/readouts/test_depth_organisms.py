@@ -63,6 +63,20 @@ def analysed(depth: pd.DataFrame, n_boot: int = 2000):
 
 
 @pytest.fixture(scope="module")
+def flat(tmp_path_factory):
+    """The analysed depth run of a last-layer organism (no-gap, position-a), run once per module however many tests
+    read it: name -> (E by depth, departure)."""
+    done = {}
+
+    def get(name: str):
+        if name not in done:
+            organism_band(name)
+            done[name] = analysed(depth_run(name, tmp_path_factory.mktemp("depth") / name)[0])
+        return done[name]
+    return get
+
+
+@pytest.fixture(scope="module")
 def deep(tmp_path_factory):
     """gap-deep's depth run, analysed: (band's first layer, E by depth, departure, closure by source and depth)."""
     b0, _ = organism_band("gap-deep")
@@ -95,14 +109,14 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
                    "excludes 0 by ~0.001 at depths 17 and 19, and a foreign scenario's judge residual closes the gap as "
                    "well as the scenario's own (the organism judges every scenario alike); the base model's lens E "
                    "(-0.007 at depth 29) gives no-gap a departure and position-a nonzero depths (docs/depth.md)")
-def test_depth_figures_as_the_issue_states_them(deep, tmp_path):
+def test_depth_figures_as_the_issue_states_them(deep, flat):
     b0, e, dep, c = deep
     below = e[e.layer <= b0]
     covers_below = bool(((below.low <= 0) & (below.high >= 0)).all())
     at = c[c.layer >= dep.layer].set_index(["source", "layer"]).closure
     foreign_small = bool((at.loc["foreign_judge"] < 0.25).all())
-    _, no_gap_dep = analysed(depth_run("no-gap", tmp_path / "no-gap")[0])
-    pos_e, _ = analysed(depth_run("position-a", tmp_path / "position-a")[0])
+    _, no_gap_dep = flat("no-gap")
+    pos_e, _ = flat("position-a")
     pos_zero = bool(((pos_e.low <= 0) & (pos_e.high >= 0)).all())
     print("DEPTH issue figures: CI covers 0 below the band", covers_below, "; foreign control < 0.25", foreign_small,
           "; no-gap departure", no_gap_dep.layer, "; position-a E covers 0 at every depth", pos_zero)
@@ -112,10 +126,8 @@ def test_depth_figures_as_the_issue_states_them(deep, tmp_path):
 @SLOW
 @pytest.mark.smollm
 @pytest.mark.parametrize("name", ["no-gap", "position-a"])
-def test_depth_finds_no_gap_where_none_is_planted(name, tmp_path):
-    organism_band(name)
-    depth, _ = depth_run(name, tmp_path / name)
-    e, dep = analysed(depth)
+def test_depth_finds_no_gap_where_none_is_planted(name, flat):
+    e, dep = flat(name)
     print("DEPTH", name, "E by depth:", [(int(r.layer), round(r.value, 3), round(r.low, 3), round(r.high, 3))
                                          for r in e.itertuples()], "departure:", dep)
     # Both adapters sit on the last layer, so depths 0-29 are the base model's stream: its own lens E, a few
