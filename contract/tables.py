@@ -91,7 +91,13 @@ generated to that length) or the tokens its read kept (dose_truncated_filler, cu
 PROMPT_TEXT = "prompt_text"
 """The probe column holding the prompt the model read (the prompt's ids decoded, special tokens kept;
 added after the first runs: an older probes.parquet lacks it)."""
-LATER_COLUMNS = (METADATA, PAIRED_TOKENS, PROMPT_TEXT)
+SERVED_BOUND = ("top_k", "unseen_mass", "token_bound", "outside_top_k")
+"""Columns of a read made from a served model's top-k logprobs (null on local reads, which are exact):
+`top_k` alternatives returned at the read position, `unseen_mass` = 1 - their mass, `token_bound` = the most
+any token outside them can hold (min(p_k, unseen_mass)), `outside_top_k` the letters (or words, comma-separated)
+none of whose forms is in the top k (their mass is NaN, never zero; empty when every one was seen)."""
+SERVED_BOUND_COLUMNS = _cols("top_k:int? unseen_mass:float? token_bound:float? outside_top_k:str?")
+LATER_COLUMNS = (METADATA, PAIRED_TOKENS, PROMPT_TEXT, *SERVED_BOUND)
 """Nullable columns added after the first runs: a reader fills them with nulls in an older table that lacks them."""
 
 PROBES = Table("probes", _cols(
@@ -100,7 +106,8 @@ PROBES = Table("probes", _cols(
     "prompt_tokens:int generated_text:str? generated_tokens:int? anchor_rule:str? sampled_letter:str?")
     + _cols(f"{PROMPT_TEXT}:str?")
     + _cols(f"{METADATA}:str?")
-    + _cols(f"{PAIRED_TOKENS}:int?"))
+    + _cols(f"{PAIRED_TOKENS}:int?")
+    + SERVED_BOUND_COLUMNS)
 SCENARIOS = Table("scenarios", SCENARIO_META + _cols(
     "cell:str readout:str frame:str budget:int? p_violating:float violating_fraction:float "
     "majority_violating_prob:float letter_mass:float judged_option:str? stability:bool? "
@@ -118,7 +125,7 @@ NSI_TEMPERED = ("mass_agree_tempered", "mass_disagree_tempered", "p_agree_temper
 lacks them, and its readers treat them as missing)."""
 NSI_CONTINUOUS = Table("nsi_continuous", _cols(
     f"{_POLARITY} mass_agree:float mass_disagree:float p_agree:float p_endorse:float prompt_tokens:int "
-    + " ".join(f"{c}:float" for c in NSI_TEMPERED)))
+    + " ".join(f"{c}:float" for c in NSI_TEMPERED)) + SERVED_BOUND_COLUMNS)
 
 _DEPTH_KEY = "model:str scenario_id:str family:str cell:str order_index:int order:str letters:str violating_letter:str"
 DEPTH = Table("depth", _cols(
@@ -142,6 +149,10 @@ STEER_CAPABILITY = Table("steer_capability", _cols(f"{_STEER_KEY} loss:float tok
 
 TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING, STEERING,
                               STEER_CAPABILITY)}
+
+
+NO_BOUND = dict.fromkeys(SERVED_BOUND)
+"""The served-bound columns of an exact (local) read: all null."""
 
 
 def table(name: str) -> Table:

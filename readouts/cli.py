@@ -18,6 +18,7 @@ from readouts.nsi.profile import PROFILES as NSI_PROFILES
 from readouts.nsi.profile import run_name as nsi_run_name
 from readouts.options import bounded
 from readouts.profiles import set_example
+from readouts.served_cli import served_options, served_spec
 from stats.core.errors import StatsInputError
 
 
@@ -120,7 +121,7 @@ NSI_SET_HELP = f"override a profile field, e.g. {set_example(NSI_PROFILES['quick
 def _run_options(default_seed: int | None, profiles, out_help: str, set_help: str):
     """The options every study run takes (readouts.driver.RunOptions), on top of the model options."""
     def wrap(f):
-        f = _model_options(f)
+        f = served_options(_model_options(f))
         f = click.option("--progress/--no-progress", default=True)(f)
         f = click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")(f)
         f = click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")(f)
@@ -134,12 +135,21 @@ def _run_options(default_seed: int | None, profiles, out_help: str, set_help: st
 
 
 def _run(study, kwargs, log_panel: str | None):
+    from dataclasses import replace
+
     from readouts.driver import RunOptions, plan_run, run
 
-    options = RunOptions(model=_model(kwargs), panel=log_panel, profile=kwargs["profile"],
+    kwargs["model"], served = served_spec(kwargs["model"], kwargs)
+    options = RunOptions(model=replace(_model(kwargs), served=served), panel=log_panel, profile=kwargs["profile"],
                          overrides=tuple(kwargs["overrides"]), limit=kwargs["limit"], out=kwargs["out"],
                          seed=kwargs["seed"], force=kwargs["force"], progress=kwargs["progress"],
                          shard=_parse_shard(kwargs["shard"]))
+    if kwargs.get("plan") and served is not None:
+        from readouts.served_plan import served_plan_lines
+
+        for line in served_plan_lines(study, options):
+            click.echo(line)
+        return
     if kwargs.get("plan"):
         from readouts.plan import plan_lines
 

@@ -23,7 +23,7 @@ from engine.errors import ReadoutError
 from engine.loading import load_model
 from panels.frames import DEFAULT_VERSION, frame_texts
 from panels.schema import PanelError, load_panel
-from readouts.manifest import default_out, model_manifest
+from readouts.manifest import default_out, model_manifest, served_model_manifest
 from readouts.profiles import Profile, apply_overrides, select_units
 from readouts.rundir import RunDir
 from readouts.show import plural
@@ -57,10 +57,16 @@ class ModelOptions:
     """Let a checkpoint's own modeling code run (transformers' trust_remote_code)."""
     loaded: object = field(default=None, compare=False, repr=False)
     """A LoadedModel the caller already holds (engine.loading.from_memory): used as is, nothing is loaded."""
+    served: object = None
+    """An engine.served.ServedSpec: `model` is then the endpoint's model name, and nothing loads locally."""
 
     def load(self, device: str | None = None):
         if self.loaded is not None:
             return self.loaded
+        if self.served is not None:
+            from engine.served import ServedModel
+
+            return ServedModel(self.served)
         return load_model(self.model, device=device or self.device, dtype=self.dtype, quantize=self.quantize,
                           device_map=self.device_map, chat_template=self.chat_template,
                           template_kwargs=dict(self.template_kwargs) or None, adapter=self.adapter,
@@ -293,10 +299,12 @@ def run(study: Study, options: RunOptions, log=print, result=None) -> Path:
 def _manifest(job: _Job, lm, extra: dict) -> dict:
     import torch
 
+    served = getattr(lm, "served", False)
     return {
-        **model_manifest(lm, extra.pop("letters")),
+        **(served_model_manifest(lm, extra.pop("letters")) if served else model_manifest(lm, extra.pop("letters"))),
         **extra,
-        "engine": {"token_budget": job.options.model.token_budget, "threads": torch.get_num_threads()},
+        "engine": ({"served": True} if served else
+                   {"token_budget": job.options.model.token_budget, "threads": torch.get_num_threads()}),
         "kind": job.study.kind,
         "tables": list(job.study.tables),
         "panel": {"name": job.panel.name, "path": job.panel.path, "sha256": job.panel.sha256,
@@ -313,6 +321,8 @@ def _manifest(job: _Job, lm, extra: dict) -> dict:
 def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     study, options, profile, state = job.study, job.options, job.profile, ranks.state
     lm = options.model.load(ranks.device)
+    if getattr(lm, "served", False):
+        lm.check_logprobs()  # one request, before any of the run's: a server without logprobs is refused here
     extra = study.prepare(lm, job.panel, job.records, profile)
     study.check_lengths(lm, job.records, profile)
     manifest, chunks = _manifest(job, lm, extra), job.chunks
@@ -350,7 +360,8 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     rundir.write_manifest({**manifest, "identity": rundir.identity, "chunks": rundir.finished(), "complete": True,
                            "last_session": {"computed_chunks": computed, "wall_seconds": round(wall, 1),
                                             "seconds_by_stage": {k: round(v, 2) for k, v in runner.timings.items()},
-                                            "items_by_stage": runner.counts},
+                                            "items_by_stage": runner.counts, **_requests(lm)},
+                           **({"served": lm.manifest()} if getattr(lm, "served", False) else {}),
                            **_planned(study, lm, chunks, profile, job.seed)})
     result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
                                   for name, df in zip(study.tables, merged)))
@@ -366,10 +377,17 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     return rundir.path
 
 
+def _requests(lm) -> dict:
+    """A served model's request counts this session (sent over the network, answered from the cache)."""
+    if not getattr(lm, "served", False):
+        return {}
+    return {"requests": {"sent": lm.client.sent, "from_cache": lm.client.cached}}
+
+
 def _planned(study: Study, lm, chunks, profile, seed: int) -> dict:
     """The workload `--plan` would print for this run (per stage, without time estimates), for the manifest."""
     workload = getattr(study, "workload", None)
-    if workload is None:
+    if workload is None or getattr(lm, "served", False):
         return {}
     from dataclasses import asdict
 

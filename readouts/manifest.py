@@ -89,6 +89,25 @@ def model_manifest(lm, letters) -> dict:
     }
 
 
+def served_model_manifest(sm, letters: dict) -> dict:
+    """The manifest's model facts for a served model (engine/served.py): the endpoint's model name and the
+    id the server reports go in `model` (the run's identity); where it is served, the request settings and
+    fingerprints go in `served` (outside the identity: a run resumes against the same model at a new address).
+    The API key's value is never read here, only the name of its environment variable."""
+    return {
+        "model": {"name": sm.spec.name, "source": "served", "served": True, "served_id": sorted(sm.served_ids)},
+        "device": "served",
+        "template": {"chat_template_sha256": None, "rendered_by": "the server"},
+        "letters": letters,
+        "served": sm.manifest(),
+        "versions": _versions(),
+        "environment": environment(),
+        "git_commit": _git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+    }
+
+
 def _registry_provenance(spec) -> dict:
     """For a registered alias: the registry file that defined it and that file's sha256 (the built-in
     engine/data/models.toml or a user's `--models` file), so the run can be reproduced. Kept out of the run's

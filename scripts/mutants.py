@@ -90,9 +90,19 @@ def run_tests(copy: Path, tests, timeout: int) -> tuple[int, str]:
 
 
 def _env() -> dict:
+    """The tests' environment; the scratch copy has no .venv-served, so the served tests are pointed at this
+    checkout's vLLM (tests/served_helpers.py)."""
     import os
 
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.served_helpers import SERVER_ENV, server_python
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    served = server_python()
+    if served is not None:
+        env.setdefault(SERVER_ENV, served)
+    return env
 
 
 def main() -> int:

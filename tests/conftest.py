@@ -39,3 +39,17 @@ def get_model(name):
 @pytest.fixture(scope="session")
 def models():
     return get_model
+
+
+@pytest.fixture(scope="session")
+def served_server(tmp_path_factory):
+    """vLLM on the embedded SmolLM2 at 127.0.0.1 (tests/served_helpers.py), started once per test process (under
+    `-n 2` each worker that runs a served test starts its own: xdist_group does not group tests under pytest 9.2,
+    whose node ids xdist 3.8 can no longer suffix)."""
+    from engine.embedded import ensure_smollm2
+    from tests.served_helpers import VllmServer, require_server
+
+    server = VllmServer(require_server(), ensure_smollm2(), log=tmp_path_factory.mktemp("vllm") / "server.log")
+    server.start()
+    yield server
+    server.stop()

@@ -13,7 +13,7 @@ import numpy as np
 
 from contract.metadata import METADATA, encode_metadata
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
-from contract.tables import PAIRED_TOKENS, PROMPT_TEXT
+from contract.tables import NO_BOUND, PAIRED_TOKENS, PROMPT_TEXT
 from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
@@ -91,6 +91,20 @@ def orders_for(scenario, spec: ReadoutSpec, profile: GapProfile, seed: int) -> l
         return option_orders(len(scenario.options), profile.orders[spec.orders], seed, f"{scenario.id}|{spec.name}")
     own = [s for s in READOUTS if s.group == spec.group and s.generates]
     return option_orders(len(scenario.options), max(len(s.frames) for s in own), seed, f"{scenario.id}|{spec.group}")
+
+
+def generation_jobs(scenarios, specs, profile: GapProfile, seed: int) -> list[tuple]:
+    """(scenario, cell, spec, frame, k, rendered) of every generated rollout's prompt of one group: its
+    generating specs' frames on each cell they read, in the group's seeded option orders."""
+    own = [s for s in specs if s.generates]
+    jobs = []
+    for s in scenarios:
+        orders = orders_for(s, own[0], profile, seed)
+        for cell in cells_read(s, profile):
+            for sp in (sp for sp in own if sp.reads_cell(cell)):
+                for k, frame in enumerate(sp.frames):
+                    jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k], profile.frames)))
+    return jobs
 
 
 def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
@@ -177,14 +191,7 @@ class GapRunner:
         """Every generating spec of one group in one decoding loop per rollout count (each job with its own
         budget, a `length_of` job tied to its paired job's rollouts); the group's frames share seeded option
         orders (J: one order per paraphrase; dose: one for every arm, the rider included)."""
-        own = [s for s in specs if s.generates]
-        jobs = []
-        for s in scenarios:
-            orders = orders_for(s, own[0], self.profile, self.seed)
-            for cell in cells_read(s, self.profile):
-                for sp in (sp for sp in own if sp.reads_cell(cell)):
-                    for k, frame in enumerate(sp.frames):
-                        jobs.append((s, cell, sp, frame, k, render(s, frame, cell, orders[k], self.profile.frames)))
+        jobs = generation_jobs(scenarios, specs, self.profile, self.seed)
         reads, texts = [], {}
         for n in dict.fromkeys(rollouts(job[2], self.profile) for job in jobs):
             part = [job for job in jobs if rollouts(job[2], self.profile) == n]
@@ -275,7 +282,7 @@ class GapRunner:
             letter_mass=res.letter_mass, tempered=list(res.tempered),
             p_violating=res.mass[v] / total if total > 0 else math.nan, top_letter=r.letters[int(np.argmax(res.mass))],
             prompt_tokens=res.n_tokens, generated_text=rd.text, generated_tokens=rd.generated_tokens,
-            anchor_rule=rd.anchor_rule, sampled_letter=None, **{PAIRED_TOKENS: rd.paired_tokens},
+            anchor_rule=rd.anchor_rule, sampled_letter=None, **{PAIRED_TOKENS: rd.paired_tokens}, **NO_BOUND,
         )
         row[PROMPT_TEXT] = self._prompt_text(rd.prompt_ids or rd.ids)
         row[METADATA] = encode_metadata(rd.scenario.metadata)

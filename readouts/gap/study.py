@@ -83,13 +83,37 @@ class GapStudy:
     def prepare(self, lm, panel, records, profile) -> dict:
         self.panel_name = panel.name
         self.profile = profile
+        if getattr(lm, "served", False):
+            return self._prepare_served(lm, records, profile)
         self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
         letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
         return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
 
+    def _prepare_served(self, lm, records, profile) -> dict:
+        """A served chat model: the chat groups only, exact first-token probabilities (no --sample)."""
+        from engine.served import READ_FORMS
+        from readouts.gap.served import SERVED_GROUPS
+
+        if self.sample:
+            raise ReadoutError("--sample: not available on a served model (its first-token readouts are read from top-k logprobs)")
+        chosen = parse_readouts(self.readouts, True) if self.readouts else SERVED_GROUPS
+        bad = [g for g in chosen if g not in SERVED_GROUPS]
+        if bad:
+            raise ReadoutError(f"--readouts: {','.join(bad)} not available on a served model (raw frames need no chat "
+                               f"template); choose among {','.join(SERVED_GROUPS)}")
+        self.groups = tuple(chosen)
+        letters = "ABCDE"[: max(len(s.options) for s in records)]
+        generation = {"rollout 0": {"temperature": 0.0, "top_p": 1.0},
+                      "rollouts 1..n": {"temperature": profile.temperature, "top_p": profile.top_p},
+                      "max_tokens": "the readout's budget (profile)", "seed": "derive_seed(run seed, scenario, cell, readout, frame, rollout)"}
+        return {"letters": {L: [f.format(L=L) for f in READ_FORMS] for L in letters}, "readouts": list(self.groups),
+                "sample": False, "served_requests": {"generation": generation,
+                                                     "reads": {**lm.read_params(), "assistant_prefill": "the text up to the anchor"}}}
+
     def check_lengths(self, lm, records, profile) -> None:
-        """Every frame of every cell read, with the tokens it may generate, fits the model's context."""
-        if lm.max_positions is None:
+        """Every frame of every cell read, with the tokens it may generate, fits the model's context (a served
+        model's server checks its own)."""
+        if getattr(lm, "served", False) or lm.max_positions is None:
             return
         for s in records:
             for cell in cells_read(s, profile):
@@ -111,6 +135,10 @@ class GapStudy:
         return reads_per_scenario(record, profile, self.groups)
 
     def runner(self, lm, profile, seed, options, bar):
+        if getattr(lm, "served", False):
+            from readouts.gap.served import ServedGapRunner
+
+            return ServedGapRunner(lm, profile, self.groups, seed, self.panel_name, options.model.model, progress=bar)
         return GapRunner(lm, profile, self.groups, seed, self.sample, self.panel_name,
                          options.model.model, progress=bar, token_budget=options.model.token_budget,
                          depth=wants_depth(self.readouts))
@@ -129,7 +157,8 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
     key = ["scenario_id", "family", "cell"]
     m = d[key + ["p_violating"]].merge(j[key + ["p_violating"]], on=key, suffixes=("_D", "_J"))
     m["g"] = m.p_violating_D - m.p_violating_J
-    wide = m.pivot_table(index=["scenario_id", "family"], columns="cell", values=["p_violating_D", "p_violating_J", "g"])
+    wide = m.pivot_table(index=["scenario_id", "family"], columns="cell", values=["p_violating_D", "p_violating_J", "g"],
+                         dropna=False)  # a served run can hold all-NaN columns (letters outside the top k)
     columns = {"p_D": ("p_violating_D", "primary"), "p_J": ("p_violating_J", "primary"),
                "p_D(twin)": ("p_violating_D", "twin"), "p_J(twin)": ("p_violating_J", "twin"),
                "g": ("g", "primary"), "g(twin)": ("g", "twin")}

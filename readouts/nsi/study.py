@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from contract.metadata import METADATA, encode_metadata
 from contract.names import FRAMINGS
-from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
+from contract.tables import NO_BOUND, NSI_CONTINUOUS, NSI_REPLIES
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
 from engine.letters import LetterTokens, word_start_tokens
@@ -103,7 +103,7 @@ class NsiRunner:
                                    p_endorse=1 - p_agree if p.negated else p_agree, prompt_tokens=res.n_tokens,
                                    mass_agree_tempered=t_agree, mass_disagree_tempered=t_disagree,
                                    p_agree_tempered=p_tempered, p_endorse_tempered=1 - p_tempered if p.negated else p_tempered,
-                                   tempered_temperature=temperature, tempered_top_p=top_p))
+                                   tempered_temperature=temperature, tempered_top_p=top_p, **NO_BOUND))
         self._count("continuous", len(continuous), t0)
         return replies, continuous
 
@@ -139,6 +139,18 @@ class NsiStudy:
         return record.domain
 
     def prepare(self, lm, panel, records, profile) -> dict:
+        if getattr(lm, "served", False):
+            self.profile = profile
+            return {"letters": {"words": list(DECISION_WORDS), "rule": f"token text starting the word, >= {MIN_WORD_START} "
+                                "characters (served top-k)"}, "readouts": ["replies", "continuous"],
+                    "decision_prefix": DECISION_PREFIX, "continuous_settings": [
+                        {"temperature": 1.0, "top_p": 1.0, "columns": "p_agree"},
+                        {"temperature": profile.temperature, "top_p": profile.top_p, "columns": "p_agree_tempered",
+                         "over": "the top k"}], "sample": True,
+                    "served_requests": {"replies": {"sample 0": {"temperature": 0.0, "top_p": 1.0},
+                                                    "samples 1..n": {"temperature": profile.temperature, "top_p": profile.top_p},
+                                                    "max_tokens": profile.budget, "seed": "derive_seed(run seed, dilemma, framing, sample)"},
+                                        "continuous": {**lm.read_params(), "assistant_prefill": DECISION_PREFIX}}}
         if lm.facts.chat_template_sha256 is None:
             raise ReadoutError(f"--model: {lm.facts.name} has no chat template; the JSON-schema prompt is a chat prompt")
         self.words = decision_words(lm.tokenizer)
@@ -150,7 +162,9 @@ class NsiStudy:
                 "sample": True}
 
     def check_lengths(self, lm, records, profile) -> None:
-        """Every framing's prompt, with its reply budget, fits the model's context."""
+        """Every framing's prompt, with its reply budget, fits the model's context (a served model's server checks)."""
+        if getattr(lm, "served", False):
+            return
         for d in records:
             for f in FRAMINGS:
                 n = len(encode_prompt(lm.tokenizer, Prompt(messages=render_polarity(d, f).messages))) + profile.budget
@@ -166,6 +180,10 @@ class NsiStudy:
         return nsi_workload(tokenizer, chunks, profile, tuple(tokenizer.encode(DECISION_PREFIX, add_special_tokens=False)))
 
     def runner(self, lm, profile, seed, options, bar):
+        if getattr(lm, "served", False):
+            from readouts.nsi.served import ServedNsiRunner
+
+            return ServedNsiRunner(lm, profile, seed, options.model.model, DECISION_PREFIX, DECISION_WORDS, MIN_WORD_START, bar)
         return NsiRunner(lm, profile, seed, options.model.model, self.words, bar=bar)
 
     def summary(self, tables) -> list[str]:

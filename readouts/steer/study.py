@@ -178,8 +178,11 @@ class SteerRunner:
         t0 = time.perf_counter()
         conds = self.study.conditions
         steer = [c.steering(positions) for c in conds for _ in reads]
+        # The grid is one call: its own bar (engine/scoring.py) moves while it runs; the run's bar after it.
+        shown = self.bar is not None and not self.bar.disable
         out = score_steered(self.lm.model, [rd.ids for _ in conds for rd in reads], letters * len(conds), steer,
-                            temperature=self.profile.temperature, pad_id=self.lm.pad_id, token_budget=self.token_budget)
+                            temperature=self.profile.temperature, pad_id=self.lm.pad_id, token_budget=self.token_budget,
+                            progress=shown)
         rows = []
         for k, c in enumerate(conds):
             key = c.key(self.model_name, positions)

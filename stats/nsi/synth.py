@@ -18,7 +18,7 @@ import pandas as pd
 
 from contract import FRAMINGS, NEGATED
 from contract.metadata import METADATA
-from contract.tables import NSI_CONTINUOUS, NSI_REPLIES
+from contract.tables import NO_BOUND, NSI_CONTINUOUS, NSI_REPLIES
 
 DILEMMAS = (
     ("medical-1", "medical"), ("medical-2", "medical"), ("financial-1", "financial"), ("financial-2", "financial"),
@@ -107,7 +107,8 @@ def _continuous_row(rng: np.random.Generator, model: str, dil: str, dom: str, f:
             "mass_agree": pa * total, "mass_disagree": (1.0 - pa) * total, "p_agree": pa,
             "p_endorse": 1.0 - pa if neg else pa, "prompt_tokens": int(rng.integers(250, 420)),
             "mass_agree_tempered": pt * total, "mass_disagree_tempered": (1.0 - pt) * total, "p_agree_tempered": pt,
-            "p_endorse_tempered": 1.0 - pt if neg else pt, "tempered_temperature": 0.7, "tempered_top_p": 0.95}
+            "p_endorse_tempered": 1.0 - pt if neg else pt, "tempered_temperature": 0.7, "tempered_top_p": 0.95,
+            **NO_BOUND}
 
 
 def synthetic_tables(model: str, rates: np.ndarray, *, n_samples: int = 30, temperature: float = 0.7,

@@ -162,6 +162,10 @@ RUN = {
         SLURM + "; `...` the arguments of the first submission", subs=(("...", "olmo-3-7b gap-v2 paper runs/olmo/paper 16"),)),
     ".venv/bin/readout run --plan --model smollm2-135m --panel gap-v1 --profile paper --gpu h200": Run(
         "as written (the plan loads no weights): the tiny model's plan"),
+    ".venv/bin/readout nsi --model openai:allenai/Olmo-3-7B-Instruct@http://gpu-node:8000/v1 --profile paper --plan": Run(
+        "as written: a served model's plan counts requests and sends nothing (the host need not exist)"),
+    "readout nsi --model openai:gpt-4.1-mini@https://api.openai.com/v1 --profile paper --plan": Run(
+        "as written: a served model's plan counts requests and sends nothing"),
     NSI_RUN: Run("one dilemma, one sampled reply, an 8-token budget", add=SMALL_NSI, expect=(f"{NSI}/nsi_replies.parquet",)),
     ".venv/bin/readout nsi --model olmo-3-7b --profile paper --shard 0/4": Run(
         "tiny-qwen2 for the 7B model, two dilemmas, one sampled reply, an 8-token budget (the paper's 4096 on a tiny "
@@ -197,6 +201,9 @@ _STEER_ORGANISM = ("SmolLM2-135M with an organism adapter over the quick panel's
                    "tests/readouts/test_steer_run.py, and on the organisms in tests/readouts/test_steer_organisms.py")
 _STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/test_steer_run.py)"
 
+_SERVED_REMOTE = ("sends requests to a remote server (tests send none outside loopback); served runs end to end against "
+                  "a vLLM server on 127.0.0.1 are tests/readouts/test_served.py")
+
 NOT_RUN = {
     "make install": "creates .venv from PyPI (network, minutes); this suite runs inside the venv it makes",
     "make test": "the suite itself, this test included",
@@ -226,6 +233,15 @@ NOT_RUN = {
     ".venv/bin/readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 22,25,28 "
     "--strengths=-4,-2,-1,-0.5,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 "
     "--out runs/steer-gap-deep": _STEER_ORGANISM,
+    "readout nsi --model openai:allenai/Olmo-3-7B-Instruct@http://gpu-node:8000/v1 --profile paper": _SERVED_REMOTE,
+    "export OPENAI_API_KEY=...": "a placeholder for the reader's own key",
+    "readout nsi --endpoint https://api.openai.com/v1 --model gpt-4.1-mini --api-key-env OPENAI_API_KEY --profile paper":
+        _SERVED_REMOTE,
+    "OPENAI_API_KEY=... .venv/bin/readout nsi --endpoint https://api.openai.com/v1 --model gpt-4.1-mini --api-key-env "
+    "OPENAI_API_KEY": _SERVED_REMOTE,
+    "readout run --model openai:smollm2@http://127.0.0.1:8080/v1 --readouts D,J,J0,control":
+        "needs a server at that address; the same run against the vLLM server the tests start on loopback is "
+        "tests/readouts/test_served.py::test_gap_quick_run_reads_like_a_local_run",
     "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/test_depth_organisms.py":
         "the organism depth test itself (gated: minutes on two cores)",
     "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/test_steer_organisms.py":

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from contract.tables import DTYPES, NSI_CONTINUOUS, SCENARIOS
+from contract.tables import DTYPES, NO_BOUND, NSI_CONTINUOUS, SCENARIOS
 from stats.core import errors
 from stats.core.output import frame_markdown, md_table, write_csv, write_table
 from stats.core.seeding import ENTROPY, SPAWN, name_key, rng_for
@@ -40,7 +40,7 @@ def _continuous_rows(n=2):
     return [{"model": "m", "dilemma_id": f"d{i}", "domain": "legal", "framing": "F0", "negated": False, "metadata": None,
              "mass_agree": 0.3, "mass_disagree": 0.5, "p_agree": 0.375, "p_endorse": 0.375, "prompt_tokens": 300,
              "mass_agree_tempered": 0.2, "mass_disagree_tempered": 0.6, "p_agree_tempered": 0.25,
-             "p_endorse_tempered": 0.25, "tempered_temperature": 0.7, "tempered_top_p": 0.95}
+             "p_endorse_tempered": 0.25, "tempered_temperature": 0.7, "tempered_top_p": 0.95, **NO_BOUND}
             for i in range(n)]
 
 
