@@ -19,12 +19,13 @@ def _numbers(text: str, name: str, kind=float) -> tuple:
 
 
 def steer_command() -> click.Command:
-    from readouts.cli import GAP_SET_HELP, _run, _run_options
+    from readouts.cli import GAP_SET_HELP, _plan_options, _run, _run_options
     from readouts.gap.profile import PROFILES
 
     @click.command("steer")
     @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
     @_run_options(0, PROFILES, "run directory (default runs/<model>/<panel>/steer-<profile>-seed<seed>)", GAP_SET_HELP)
+    @_plan_options
     @click.option("--panel", default="gap-v2", show_default=True, help="gap panel name or JSONL path")
     @click.option("--direction", default="pressure", show_default=True,
                   help=f"{' or '.join(STEER_DIRECTIONS)} (from the training split), or a .npy vector file ([hidden] or "
@@ -42,7 +43,6 @@ def steer_command() -> click.Command:
         settings = SteerSettings(direction=direction, layers=_numbers(layers, "layers", int),
                                  strengths=_numbers(strengths, "strengths"), positions=positions, random=n_random,
                                  train_fraction=train_fraction)
-        kwargs.setdefault("plan", False)
         _run(SteerStudy(settings=settings), kwargs, panel)
 
     return steer_cmd

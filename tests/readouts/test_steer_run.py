@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from contract.names import UNSTEERED
 from contract.readouts import readout
 from engine.errors import ReadoutError
 from engine.render import encode_prompt
@@ -200,3 +201,26 @@ def test_the_grid_shows_its_own_progress_while_it_runs(tmp_path, capsys):
         run_study(SteerStudy(settings=settings), dataclasses.replace(options(tmp_path / "run"), limit=2, progress=True),
                   log=lambda _: None)
     assert "scoring" in capsys.readouterr().err
+
+
+def test_plan_counts_the_reads_the_grid_makes(steer_run, monkeypatch):
+    """`readout steer --plan` against the run itself: the unsteered and steered reads are the steering table's rows,
+    the capability passes its rows, and the direction stage the prompts the contrast scores (counted by a spy on
+    the real scorer)."""
+    from readouts.driver import plan_run
+    from readouts.steer import directions
+
+    monkeypatch.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
+    study = SteerStudy(settings=SETTINGS)
+    rows, _, _ = plan_run(study, options(steer_run.parent / "plan"), "h200")
+    by = {r["stage"]: r for r in rows}
+    table = pd.read_parquet(steer_run / "steering.parquet")
+    assert by["D"]["reads"] + by["J0"]["reads"] + by["control"]["reads"] == (table.direction == UNSTEERED).sum()
+    assert by["grid"]["reads"] == (table.direction != UNSTEERED).sum()
+    assert by["grid"]["computed_tokens"] == by["grid"]["reads"]  # read-position steering: the last token only
+    assert by["capability"]["prompts"] == len(pd.read_parquet(steer_run / "steer_capability.parquet"))
+    scored = []
+    real = directions.score_ids
+    monkeypatch.setattr(directions, "score_ids", lambda model, seqs, *a, **k: scored.append(len(seqs)) or real(model, seqs, *a, **k))
+    directions.contrast_direction(get_model(MODEL), study.train, "pressure", PROFILE, 0)
+    assert by["directions"]["prompts"] == scored[0]
