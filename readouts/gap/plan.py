@@ -6,18 +6,11 @@ tokenizer; generation prompts planned into prefix trees chunk by chunk as the de
 from __future__ import annotations
 
 from contract.readouts import FIRST_TOKEN
-from engine.planner import plan_prefix_groups, planned_tokens
 from engine.render import encode_prompts
 from panels.frames import render
 from readouts.gap.profile import GapProfile, cells_read, rollouts
-from readouts.gap.recipe import ANCHOR_ALLOWANCE, orders_for, prompt_of, stages
-from readouts.plan import StageWork
-
-
-def _shared(seqs) -> int:
-    """Tokens run for `seqs` after dropping duplicates and sharing prefixes (the decoder's plan)."""
-    unique = list(dict.fromkeys(seqs))
-    return planned_tokens(unique, plan_prefix_groups(unique)) if unique else 0
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_jobs, orders_for, prompt_of, stages
+from readouts.plan import StageWork, shared_tokens
 
 
 def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int) -> None:
@@ -43,22 +36,16 @@ def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int
 
 
 def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int) -> None:
-    own = [s for s in specs if s.generates]
-    jobs, prompts = [], []  # (spec name, budget, rollouts), and the prompt
-    for s in chunk:
-        orders = orders_for(s, own[0], profile, seed)
-        for cell in cells_read(s, profile):
-            for sp in (sp for sp in own if sp.reads_cell(cell)):
-                for k, frame in enumerate(sp.frames):
-                    jobs.append((sp.name, getattr(profile, sp.budget), rollouts(sp, profile)))
-                    prompts.append(prompt_of(render(s, frame, cell, orders[k], profile.frames)))
+    planned = generation_jobs(chunk, specs, profile, seed)
+    jobs = [(sp.name, getattr(profile, sp.budget), rollouts(sp, profile)) for _, _, sp, _, _, _ in planned]
+    prompts = [prompt_of(rendered) for *_, rendered in planned]
     if not jobs:
         return
     seqs = [tuple(ids) for ids in encode_prompts(tok, prompts)]
     rows = sum(n for _, _, n in jobs)
     st.prompts += len(jobs)
     st.prompt_tokens += sum(map(len, seqs))
-    st.computed_tokens += _shared(seqs)
+    st.computed_tokens += shared_tokens(seqs)
     st.rollouts += rows
     st.generated_max += sum(n * b for _, b, n in jobs)
     derived = [sp for sp in specs if sp.derived_from is not None]

@@ -33,27 +33,31 @@ PAIRS = {"pressure": ((AGENT_FRAME, "primary"), (AGENT_FRAME, "twin")),
 assert tuple(PAIRS) == STEER_DIRECTIONS
 
 
-def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> torch.Tensor:
-    """[depths, hidden] fp32: the mean over `scenarios` x D's option orders of residual(plus) - residual(minus)."""
-    from readouts.gap.recipe import orders_for, prompt_of
+def contrast_renders(scenarios, kind: str, profile, seed: int) -> list[tuple]:
+    """(plus, minus) rendered prompts of direction `kind`: each scenario holding both cells, in D's option orders
+    (what contrast_direction reads, and `readout steer --plan` counts)."""
+    from readouts.gap.recipe import orders_for
 
     if kind not in PAIRS:
         raise ReadoutError(f"--direction: '{kind}' is not one of {', '.join(STEER_DIRECTIONS)} or a .npy file")
     plus, minus = PAIRS[kind]
-    seqs, letters, pairs = [], [], 0
-    for s in scenarios:
-        if not all(cell in s.cells for _, cell in (plus, minus)):
-            continue
-        for order in orders_for(s, readout("D"), profile, seed):
-            for frame, cell in (plus, minus):
-                r = render(s, frame, cell, order, profile.frames)
-                seqs.append(tuple(encode_prompt(lm.tokenizer, prompt_of(r))))
-                letters.append(lm.letters(r.letters))
-            pairs += 1
+    return [tuple(render(s, frame, cell, order, profile.frames) for frame, cell in (plus, minus))
+            for s in scenarios if all(cell in s.cells for _, cell in (plus, minus))
+            for order in orders_for(s, readout("D"), profile, seed)]
+
+
+def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> torch.Tensor:
+    """[depths, hidden] fp32: the mean over `scenarios` x D's option orders of residual(plus) - residual(minus)."""
+    from readouts.gap.recipe import prompt_of
+
+    pairs = contrast_renders(scenarios, kind, profile, seed)
     if not pairs:
         raise ReadoutError(f"--direction: {kind}: no training scenario has both cells it contrasts")
+    rendered = [r for pair in pairs for r in pair]
+    seqs = [tuple(encode_prompt(lm.tokenizer, prompt_of(r))) for r in rendered]
+    letters = [lm.letters(r.letters) for r in rendered]
     out = score_ids(lm.model, seqs, letters, residuals=True, pad_id=lm.pad_id, token_budget=token_budget)
-    diffs = torch.stack([out[2 * i].residuals - out[2 * i + 1].residuals for i in range(pairs)])
+    diffs = torch.stack([out[2 * i].residuals - out[2 * i + 1].residuals for i in range(len(pairs))])
     return diffs.mean(0)
 
 

@@ -10,12 +10,9 @@ A read-position steering shares the unsteered reads' prefix tree and runs each s
 from __future__ import annotations
 
 from contract.names import STEER_DIRECTIONS
-from contract.readouts import readout
 from engine.render import Prompt, encode_prompt, encode_prompts
-from panels.frames import render
-from readouts.gap.plan import _shared
-from readouts.gap.recipe import orders_for, prompt_of
-from readouts.plan import StageWork
+from readouts.gap.recipe import prompt_of
+from readouts.plan import StageWork, shared_tokens
 
 
 def n_conditions(settings) -> int:
@@ -25,18 +22,15 @@ def n_conditions(settings) -> int:
 
 def steer_workload(tok, study, base: list[StageWork], profile, seed: int) -> list[StageWork]:
     """The grid's stages around `base`, the unsteered held-out reads' own stages."""
-    from readouts.steer.directions import PAIRS
+    from readouts.steer.directions import contrast_renders
     from readouts.steer.study import CAPABILITY_TEXT
 
     st, stages = study.settings, []
     if st.direction in STEER_DIRECTIONS:
-        (plus, minus) = PAIRS[st.direction]
-        prompts = [prompt_of(render(s, frame, cell, order, profile.frames))
-                   for s in study.train if all(c in s.cells for _, c in (plus, minus))
-                   for order in orders_for(s, readout("D"), profile, seed) for frame, cell in (plus, minus)]
-        seqs = [tuple(ids) for ids in encode_prompts(tok, prompts)]
+        pairs = contrast_renders(study.train, st.direction, profile, seed)
+        seqs = [tuple(ids) for ids in encode_prompts(tok, [prompt_of(r) for pair in pairs for r in pair])]
         stages.append(StageWork("directions", prompts=len(seqs), prompt_tokens=sum(map(len, seqs)),
-                                computed_tokens=_shared(seqs), reads=len(seqs)))
+                                computed_tokens=shared_tokens(seqs), reads=len(seqs)))
     steered = n_conditions(st) - 1
     grid = StageWork("grid")
     for b in base:
