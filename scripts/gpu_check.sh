@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # One-call GPU check for the device tool, on a bare GPU machine: no install step (nothing can be fetched
-# there). It runs with the project's .venv when there is one, else with the machine's python3, which must
-# already hold torch and transformers; packages it lacks travel as wheels in .whl/ (installed from there, no
-# index). A real tokenizer for the prompts travels in .gpu-tokenizer/ (`make gpu-prep` fills both folders'
-# tokenizer part from the embedded model); carry .gpu-tokenizer (and .whl if needed) with the call.
+# there). It runs with $PYTHON when set, else the project's .venv when there is one, else the machine's python3,
+# which must already hold torch. The packages the node's image lacks, or holds in an untested version, travel as
+# wheels in .whl/ ($WHEELS), installed from there with no index into $SITE; `make gpu-prep` fills .whl/ and puts
+# the embedded model's real tokenizer in .gpu-tokenizer/: carry both with the call (docs/gpu-and-clusters.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=${PYTHON:-python3}; fi
-if compgen -G ".whl/*.whl" > /dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/readout-site .whl/*.whl
-    export PYTHONPATH="/tmp/readout-site${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+WHEELS=${WHEELS:-.whl}
+SITE=${SITE:-/tmp/readout-site}
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if ! "$PY" -c "import torch, transformers" 2> /dev/null; then
-    echo "error: $PY cannot import torch and transformers; carry their wheels in .whl/ or run make install first" >&2
+    echo "error: $PY cannot import torch and transformers; carry their wheels in $WHEELS/ (make gpu-prep) or run make install first" >&2
     exit 2
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1

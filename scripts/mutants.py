@@ -102,6 +102,8 @@ def _env() -> dict:
     served = server_python()
     if served is not None:
         env.setdefault(SERVER_ENV, served)
+    if (ROOT / ".whl-bare").is_dir():  # the fresh-venv gpu_check test's wheels (make install)
+        env.setdefault("LOGIT_READOUT_BARE_WHEELS", str(ROOT / ".whl-bare"))
     return env
 
 

@@ -1,0 +1,132 @@
+"""make gpu-prep's choice of wheels (planted images), and scripts/gpu_check.sh in a fresh venv that holds only torch
+and the wheels gpu_prep.py chose for it: what a GPU node with nothing installed but torch would run."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from tests.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("gpu_prep", ROOT / "scripts" / "gpu_prep.py")
+gpu_prep = sys.modules.setdefault("gpu_prep", importlib.util.module_from_spec(_spec))  # dataclasses look it up
+_spec.loader.exec_module(gpu_prep)
+
+# make install: scripts/gpu_prep.py --image bare --dest .whl-bare (scripts/mutants.py points its copy here)
+BARE_WHEELS = Path(os.environ.get("LOGIT_READOUT_BARE_WHEELS", ROOT / ".whl-bare"))
+REQUIRE_ENV = "LOGIT_READOUT_REQUIRE_GPU_WHEELS"  # .ci/run sets it: a missing .whl-bare fails instead of skipping
+
+
+def _reqs(table):
+    return lambda name: (table[name][0], [Requirement(r) for r in table[name][1]])
+
+
+TESTED = {  # name -> (tested version, requirements)
+    "tf": ("5.23.0", ["hub>=1.31,<3", "tok>=0.23.1,<0.24", "regex>=2025.10.22", "tqdm"]),
+    "tok": ("0.23.3", ["hub>=0.16"]),
+    "hub": ("2.4.0", ["httpx2>=2"]),
+    "regex": ("2026.11.19", []),
+    "tqdm": ("4.70.1", []),
+    "httpx2": ("2.16.2", []),
+    "pd": ("3.1.1", ["dateutil>=2.9"]),
+    "dateutil": ("4.0.0", []),
+    "torch": ("2.13.0", ["sympy"]),
+}
+
+
+def test_plan_carries_what_the_image_lacks_or_holds_out_of_range():
+    image = gpu_prep.Image("3.12", {"tf": "5.17.0", "tok": "0.23.2", "hub": "1.33.0", "regex": None, "tqdm": None,
+                                    "pd": "2.3.0", "torch": "2.11.0"})
+    roots = ("tf", "tok", "pd", "torch")
+    specs = {"tf": SpecifierSet(">=5.23,<5.24"), "tok": SpecifierSet(">=0.23,<0.24"), "pd": SpecifierSet(">=2.2"),
+             "torch": SpecifierSet(">=2.13")}
+    carried, assumed = gpu_prep.plan_carry(roots, specs, _reqs(TESTED), image, provided=("torch",))
+    # tf: held out of the project's range; regex: held, version not listed, bounded by tf; the rest are left
+    # to the image: tok 0.23.2 and hub 1.33.0 satisfy every bound, pd 2.3.0 the project's (so its own needs
+    # are the image's), tqdm is unbounded, torch is the node's own whatever its version.
+    assert set(carried) == {"tf", "regex"}
+    assert carried["tf"] == ("5.23.0", "the image holds 5.17.0; the project needs <5.24,>=5.23")
+    assert carried["regex"][1] == "the image's version is not listed; tf 5.23.0 needs >=2025.10.22"
+    assert assumed == ["tqdm"]
+    # A carried package's bound that the image's version fails carries that one too, and walks its needs.
+    older = gpu_prep.Image("3.12", {**image.packages, "hub": "0.30.0"})
+    carried, _ = gpu_prep.plan_carry(roots, specs, _reqs(TESTED), older, provided=("torch",))
+    assert set(carried) == {"tf", "regex", "hub", "httpx2"}
+    assert carried["hub"][1] == "the image holds 0.30.0; tf 5.23.0 needs <3,>=1.31"
+    # An image with nothing but torch: everything the roots need, torch's own needs left out.
+    bare = gpu_prep.Image("3.11", {"torch": "2.13.0", "sympy": "1.14"})
+    carried, assumed = gpu_prep.plan_carry(roots, specs, _reqs(TESTED), bare, provided=("torch",))
+    assert set(carried) == set(TESTED) - {"torch"} and assumed == []
+    assert all(reason == "absent from the image" for _, reason in carried.values())
+
+
+def test_the_h200_plan_carries_transformers_and_not_what_the_image_holds_in_range():
+    image = gpu_prep.h200_image()
+    carried, assumed = gpu_prep.plan_carry(gpu_prep.ROOTS, gpu_prep.project_specs(),
+                                           lambda n: gpu_prep.installed_requirements(n, image.python), image)
+    assert carried["transformers"][0] == metadata.version("transformers")
+    assert "the image holds 5.17.0" in carried["transformers"][1]
+    for held_in_range in ("tokenizers", "safetensors", "numpy", "huggingface-hub", "torch"):
+        assert held_in_range not in carried
+
+
+def _torch_only_venv(tmp_path: Path) -> Path:
+    """A new venv whose only packages beyond pip are torch and what torch requires, linked from this checkout's
+    .venv through a .pth (copying torch would take a minute)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    linked = tmp_path / "torch-only"
+    linked.mkdir()
+    for name in gpu_prep.bare_image().packages:
+        dist = metadata.distribution(name)
+        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            source = Path(dist.locate_file(top))
+            if source.exists() and not (linked / top).exists():
+                (linked / top).symlink_to(source)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "torch-only.pth").write_text(f"{linked}\n")
+    return venv / "bin" / "python"
+
+
+def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path):
+    if not any(BARE_WHEELS.glob("*.whl")):
+        message = f"{BARE_WHEELS} is empty: make install fills it (scripts/gpu_prep.py --image bare)"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    python = _torch_only_venv(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    probe = "import torch\ntry:\n import transformers\nexcept ImportError:\n print('bare', torch.__version__)"
+    fresh = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env)
+    assert fresh.stdout.startswith("bare 2."), fresh.stderr[-2000:]  # torch imports, transformers does not
+    carried = json.loads((BARE_WHEELS / "carried.json").read_text())
+    image = gpu_prep.bare_image()
+    planned, _ = gpu_prep.plan_carry(gpu_prep.ROOTS, gpu_prep.project_specs(),
+                                     lambda n: gpu_prep.installed_requirements(n, image.python), image)
+    assert carried["image"] == "bare" and set(carried["carried"]) == set(planned), "stale: rerun make install"
+
+    from engine import embedded
+
+    tokenizer = embedded.ensure_smollm2()
+    env.update(PYTHON=str(python), WHEELS=str(BARE_WHEELS), SITE=str(tmp_path / "site"), OUT=str(tmp_path))
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--tokenizer", str(tokenizer)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert f"prompt tokenizer: {tokenizer}" in proc.stdout
+    assert "D readout:" in proc.stdout and "decode batch 1, static shapes" in proc.stdout
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert result["d_probes"] == 32 and len(result["decode"]) == 4
+    assert all(row["greedy_equal_to_dynamic"] for row in result["decode"] if "greedy_equal_to_dynamic" in row)
+
+    # Without the wheels the same venv is refused in one line naming what it lacks.
+    env.update(WHEELS=str(tmp_path / "no-wheels"))
+    bare = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert bare.returncode == 2 and "cannot import torch and transformers" in bare.stderr
