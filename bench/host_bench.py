@@ -11,7 +11,10 @@ at 32 layers with tiny dimensions (the counts depend on the layer count and layo
 - per step: the difference between a run of T2 and one of T1 new tokens, over T2 - T1 (prefill, set-up and
   the final copies cancel). Host time per step likewise (best of --reps, without the counter), on this CPU.
 - `--modes`: which decode paths run (MODES: `dynamic` is generate's CPU default; `static-check8-gpu-ops` the
-  path CUDA takes by default, whose ops per step a CUDA graph replays in one launch).
+  path CUDA takes by default, whose forward pass a CUDA graph replays in one launch).
+- `outside the forward`: the ops per step issued outside the model's forward pass (the draw, the end-of-row
+  bookkeeping, the static buffers' updates): on the CUDA graph path the host launches these and one replay per
+  step; readouts/plan.py's HOST_OPS_PER_STEP takes its figure from here.
 """
 
 from __future__ import annotations
@@ -88,10 +91,22 @@ MODES = {
 def measure(name: str, layers: int, prompts: int, rollouts: int, t1: int, t2: int, reps: int, mode: str) -> dict:
     model = layout_model(name, layers)
     ids = workload(prompts, rollouts)
-    counts = {}
+    counts, inside = {}, {}
+    forward = decode.Cascade._forward
+
+    def counted_forward(self, *a, **k):  # the ops of the model's forward pass: what a CUDA graph replays
+        with HostCounter() as inner:
+            out = forward(self, *a, **k)
+        inside[t] = inside.get(t, 0) + inner.ops
+        return out
+
     for t in (t1, t2):
-        with HostCounter() as c:
-            run(model, ids, rollouts, t, mode)
+        decode.Cascade._forward = counted_forward
+        try:
+            with HostCounter() as c:
+                run(model, ids, rollouts, t, mode)
+        finally:
+            decode.Cascade._forward = forward
         counts[t] = c
     steps = t2 - t1
     per = lambda f: (f(counts[t2]) - f(counts[t1])) / steps  # noqa: E731
@@ -107,6 +122,7 @@ def measure(name: str, layers: int, prompts: int, rollouts: int, t1: int, t2: in
     syncs = {k: (counts[t2].syncs[k] - counts[t1].syncs[k]) / steps for k in set(counts[t2].syncs) | set(counts[t1].syncs)}
     return dict(layout=name, mode=mode, layers=layers, rows=prompts * rollouts, ops_per_step=per(lambda c: c.ops),
                 views_per_step=per(lambda c: c.views), syncs_per_step=per(lambda c: c.sync_count),
+                outside_forward_ops_per_step=per(lambda c: c.ops) - (inside.get(t2, 0) - inside.get(t1, 0)) / steps,
                 syncs_by_kind=dict(sorted(syncs.items())),
                 host_ms_per_step_cpu=1000 * (best[t2] - best[t1]) / steps,
                 top_ops_per_step={k: v / steps for k, v in top})
@@ -133,11 +149,13 @@ def main(argv=None) -> None:
     (args.out / f"{args.name}.json").write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
     lines = [f"# {args.name}", "", f"torch {meta['torch']}, {args.layers} layers, per decoding step "
              f"(runs of {args.t2} and {args.t1} new tokens, differenced)", "",
-             "| layout | mode | rows | ops/step | views/step | syncs/step | syncs by kind | host ms/step (CPU) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| layout | mode | rows | ops/step | of them outside the forward | views/step | syncs/step | syncs by kind "
+             "| host ms/step (CPU) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         kinds = ", ".join(f"{k} {v:g}" for k, v in r["syncs_by_kind"].items()) or "none"
-        lines.append(f"| {r['layout']} | {r['mode']} | {r['rows']} | {r['ops_per_step']:.0f} | {r['views_per_step']:.0f} "
+        lines.append(f"| {r['layout']} | {r['mode']} | {r['rows']} | {r['ops_per_step']:.0f} "
+                     f"| {r['outside_forward_ops_per_step']:.0f} | {r['views_per_step']:.0f} "
                      f"| {r['syncs_per_step']:g} | {kinds} | {r['host_ms_per_step_cpu']:.2f} |")
     (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -51,13 +51,18 @@ def bucket(rows: int) -> int:
     return 1 << max(0, rows - 1).bit_length()
 
 
+def cascade_config(cfg) -> bool:
+    """Whether a model of this config can decode on the cascade backend (its family, no logit soft-capping);
+    `--plan` reads it from the config alone."""
+    capped = any(getattr(cfg, a, None) not in (None, 1.0) for a in ("attn_logit_softcapping", "final_logit_softcapping"))
+    return cfg.model_type in CASCADE_MODEL_TYPES and not capped
+
+
 def supports_cascade(model) -> bool:
     """Whether the cascade backend decodes this model (otherwise the dense fallback does)."""
-    cfg = model.config
-    capped = any(getattr(cfg, a, None) not in (None, 1.0) for a in ("attn_logit_softcapping", "final_logit_softcapping"))
     can_set = getattr(model, "_can_set_attn_implementation", lambda: True)()
     # Its caches and masks live on one device; a model spread over several (device_map) uses the fallback.
-    return cfg.model_type in CASCADE_MODEL_TYPES and not capped and can_set and not spread_over_devices(model)
+    return cascade_config(model.config) and can_set and not spread_over_devices(model)
 
 
 def _register() -> None:

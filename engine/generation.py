@@ -90,6 +90,7 @@ def generate(
     length_of: Sequence[int | None] | None = None,
     row_kv=None,
     check_every: int | None = None,
+    batches: list | None = None,
 ) -> list[list[Rollout]]:
     """Generate `n` rollouts for each prompt (token ids); returns, per prompt, its rollouts in order.
 
@@ -114,6 +115,8 @@ def generate(
     them (`score_ids(..., known_prefixes=row_kv)`). The cascade backend only: the dense fallback holds none.
     `check_every`: the host looks at the batch (rows ended, compaction) every this many steps, none in between
     (engine/steps.py); None: CHECK_EVERY for the device. The rollouts are the same for any value.
+    `batches`, if given a list, receives each decoded batch's `batch_shape` (rows, distinct prompt tokens, longest
+    budget) in the order decoded (a batch halved on out-of-memory as its halves), as `plan_batches` forms them.
     """
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
@@ -122,10 +125,8 @@ def generate(
         raise ValueError("a prompt has no tokens")
     leaders = _check_ties(length_of, len(prompts))
     device = model.get_input_embeddings().weight.device
-    default_budget, default_rows = default_bounds("generate", device)
-    token_budget = token_budget or default_budget
-    max_rows = max_rows or default_rows
-    cascade = supports_cascade(model)
+    bounds = batch_bounds(model, device, token_budget, max_rows)
+    token_budget, max_rows, cascade = bounds.token_budget, bounds.max_rows, bounds.cascade
     static_shapes = _static(static_shapes, cascade, device)
     if row_kv is not None:
         prefix_kv = row_kv if prefix_kv is None else prefix_kv
@@ -136,21 +137,17 @@ def generate(
                        check_every or CHECK_EVERY["cuda" if device.type == "cuda" else "cpu"])
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list[list[Rollout] | None] = [None] * len(prompts)
-    # Units: a prompt with the prompts tied to it, kept together through batching and out-of-memory halving.
-    units = {i: [i] for i in range(len(prompts)) if leaders[i] is None}
-    for f in (f for f, k in enumerate(leaders) if k is not None):
-        units[leaders[f]].append(f)
-    units = list(units.values())
-    units.sort(key=lambda u: max(len(prompts[i]) for i in u))
-    kv_limit = generation_cache_limit(model, device)
     with packed_linears(model):  # CPU decoding steps on packed weights (engine/packed.py)
-        for batch in _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
+        for batch in plan_batches([len(p) for p in prompts], budgets, n, bounds, leaders):
             def decode(b):
                 flat = [i for u in b for i in u]
                 pos = {i: k for k, i in enumerate(flat)}
-                return _generate_batch(model, [prompts[i] for i in flat], [seeds[i] for i in flat],
+                done = _generate_batch(model, [prompts[i] for i in flat], [seeds[i] for i in flat],
                                        [budgets[i] for i in flat], settings,
                                        [None if leaders[i] is None else pos[leaders[i]] for i in flat])
+                if batches is not None:
+                    batches.append(batch_shape(prompts, budgets, n, flat))
+                return done
             flat = [i for u in batch for i in u]
             for i, rollouts in zip(flat, halving_on_oom(decode, batch, lambda a, b: a + b)):
                 out[i] = rollouts
@@ -181,23 +178,60 @@ def _check_ties(length_of, count: int) -> list[int | None]:
     return leaders
 
 
-def _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade):
+@dataclass(frozen=True)
+class BatchBounds:
+    """What bounds one generation batch (`plan_batches`): padded prompt tokens per prefill pass (the dense
+    fallback's), rows decoded together, key/value tokens held (None: unbounded), and the backend."""
+
+    token_budget: int
+    max_rows: int
+    kv_limit: int | None
+    cascade: bool = True
+
+
+def batch_bounds(model, device, token_budget: int | None = None, max_rows: int | None = None) -> BatchBounds:
+    """The bounds `generate` decodes `model` with on `device` (defaults: engine.batching's for the device)."""
+    default_budget, default_rows = default_bounds("generate", device)
+    return BatchBounds(token_budget or default_budget, max_rows or default_rows, generation_cache_limit(model, device),
+                       supports_cascade(model))
+
+
+def plan_batches(lengths: Sequence[int], budgets: Sequence[int], n: int, bounds: BatchBounds, leaders=None) -> list:
+    """The decoding batches `generate` forms for prompts of `lengths` tokens with `budgets` new tokens and `n`
+    rollouts each: lists of units (a prompt with the prompts tied to it, `leaders` as `_check_ties` returns them,
+    kept together through batching and out-of-memory halving), the units in order of their longest prompt. Used
+    by `generate` itself and by `--plan` (readouts/gap/plan.py), so the plan's batches are the run's."""
+    leaders = leaders if leaders is not None else [None] * len(lengths)
+    units = {i: [i] for i in range(len(lengths)) if leaders[i] is None}
+    for f in (f for f, k in enumerate(leaders) if k is not None):
+        units[leaders[f]].append(f)
+    ordered = sorted(units.values(), key=lambda u: max(lengths[i] for i in u))
+    return list(_batches(ordered, lengths, budgets, n, bounds))
+
+
+def batch_shape(prompts, budgets, n: int, members) -> tuple[int, int, int]:
+    """(rows, distinct prompt tokens, longest budget) of a batch of prompts `members` (indices into `prompts`)."""
+    distinct = dict.fromkeys(tuple(prompts[i]) for i in members)
+    return len(members) * n, sum(map(len, distinct)), max(budgets[i] for i in members)
+
+
+def _batches(units, lengths, budgets, n, bounds: BatchBounds):
     """Units of prompts (in order) cut into decoding batches, never splitting a unit. Rows are bounded by `max_rows`
     and held keys/values by `kv_limit`: the cascade backend holds each prompt once and each row's own tokens; the
     dense fallback holds a left-padded copy of the prompt per row and prefills the whole batch in one pass."""
     batch: list[list[int]] = []
     for unit in units:
         members = [i for u in batch for i in u] + unit
-        width = max(len(prompts[i]) for i in members)
+        width = max(lengths[i] for i in members)
         rows = len(members) * n
         longest = max(budgets[i] for i in members)
-        if cascade:
-            held = sum(len(prompts[i]) for i in members) + rows * longest
-            fits = rows <= max_rows
+        if bounds.cascade:
+            held = sum(lengths[i] for i in members) + rows * longest
+            fits = rows <= bounds.max_rows
         else:
             held = rows * (width + longest)
-            fits = rows <= max_rows and len(members) * width <= token_budget
-        if batch and not (fits and (kv_limit is None or held <= kv_limit)):
+            fits = rows <= bounds.max_rows and len(members) * width <= bounds.token_budget
+        if batch and not (fits and (bounds.kv_limit is None or held <= bounds.kv_limit)):
             yield batch
             batch = []
         batch = batch + [unit]
@@ -266,12 +300,12 @@ def _generate_v1(model, prompts, *, max_new_tokens, stop_ids, n=1, greedy_first=
     default_budget, default_rows = default_bounds("generate", device)
     token_budget = token_budget or default_budget
     max_rows = max_rows or default_rows
-    kv_limit = generation_cache_limit(model, device)
+    bounds = BatchBounds(token_budget, max_rows, generation_cache_limit(model, device), cascade=False)
     settings = _Decode(stop_ids, n, greedy_first, temperature, top_p, pad_id, device, prefix_kv)
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
     out: list = [None] * len(prompts)
     units = [[i] for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
-    for batch in _batches(units, prompts, budgets, n, token_budget, max_rows, kv_limit, cascade=False):
+    for batch in _batches(units, [len(p) for p in prompts], budgets, n, bounds):
         batch = [i for u in batch for i in u]
         for i, rollouts in zip(batch, _generate_batch_v1(model, [prompts[i] for i in batch], [seeds[i] for i in batch],
                                                           [budgets[i] for i in batch], settings)):

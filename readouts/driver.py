@@ -260,15 +260,16 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     """`--plan`: the run's workload per stage and its estimated time on `gpu`, from the panel, the profile and
     the model's tokenizer and config alone (no weights load). Returns (rows, model size, header line)."""
     from engine.loading import load_tokenizer_config
-    from readouts.plan import model_size, plan_table
+    from readouts.plan import gpu_batch_bounds, model_size, plan_table
 
     job = _resolve(study, options)
     workload = getattr(study, "workload", None)
     if workload is None:
         raise ReadoutError(f"--plan: not available for the {study.kind} study")
     tokenizer, config = load_tokenizer_config(options.model.model)
-    stages = workload(tokenizer, job.chunks, job.profile, job.seed)
     size = model_size(config)
+    bounds = gpu_batch_bounds(config, size, gpu, options.model.token_budget)
+    stages = workload(tokenizer, job.chunks, job.profile, job.seed, bounds)
     header = (f"plan: {options.model.model} on {job.panel.name}, profile {job.profile.name}, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}")
     return plan_table(stages, size, gpu), size, header
@@ -360,9 +361,10 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     rundir.write_manifest({**manifest, "identity": rundir.identity, "chunks": rundir.finished(), "complete": True,
                            "last_session": {"computed_chunks": computed, "wall_seconds": round(wall, 1),
                                             "seconds_by_stage": {k: round(v, 2) for k, v in runner.timings.items()},
-                                            "items_by_stage": runner.counts, **_requests(lm)},
+                                            "items_by_stage": runner.counts, **_requests(lm),
+                                            **_batches(runner)},
                            **({"served": lm.manifest()} if getattr(lm, "served", False) else {}),
-                           **_planned(study, lm, chunks, profile, job.seed)})
+                           **_planned(study, lm, chunks, profile, job.seed, job.options.model.token_budget)})
     result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
                                   for name, df in zip(study.tables, merged)))
     for line in study.summary(merged):
@@ -384,16 +386,25 @@ def _requests(lm) -> dict:
     return {"requests": {"sent": lm.client.sent, "from_cache": lm.client.cached}}
 
 
-def _planned(study: Study, lm, chunks, profile, seed: int) -> dict:
-    """The workload `--plan` would print for this run (per stage, without time estimates), for the manifest."""
+def _batches(runner) -> dict:
+    """The decoding batches this session formed, per stage (a local runner's; `--plan` lists the same)."""
+    batches = getattr(runner, "batches", None)
+    return {"decode_batches_by_stage": batches} if batches else {}
+
+
+def _planned(study: Study, lm, chunks, profile, seed: int, token_budget: int | None) -> dict:
+    """The workload `--plan` would print for this run (per stage, without time estimates; decoding batches under
+    this run's own bounds), for the manifest."""
     workload = getattr(study, "workload", None)
     if workload is None or getattr(lm, "served", False):
         return {}
     from dataclasses import asdict
 
-    stages = workload(lm.tokenizer, chunks, profile, seed)
-    return {"workload_by_stage": {st.stage: {k: v for k, v in asdict(st).items() if k not in ("stage", "decode_batches")}
-                                  for st in stages}}
+    from engine.generation import batch_bounds
+
+    bounds = batch_bounds(lm.model, lm.model.get_input_embeddings().weight.device, token_budget)
+    stages = workload(lm.tokenizer, chunks, profile, seed, bounds)
+    return {"workload_by_stage": {st.stage: {k: v for k, v in asdict(st).items() if k != "stage"} for st in stages}}
 
 
 def merge_run(path: str | Path, summaries: Mapping[str, Callable] | None = None, log=print, shards: int | None = None) -> Path:

@@ -10,11 +10,12 @@ very wide batches. The model's size is counted from its config (no weights are r
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 from engine.batching import DEFAULT_BOUNDS
+from engine.decode import bucket, cascade_config
 from engine.errors import ReadoutError
+from engine.generation import BatchBounds
 from engine.planner import plan_prefix_groups, planned_tokens
 
 
@@ -25,18 +26,28 @@ class Gpu:
     """Dense bf16 matmul rate (FLOP/s), as the vendor publishes it."""
     bandwidth: float
     """Memory bandwidth (bytes/s)."""
+    memory: int
+    """Device memory (bytes) as the driver reports it: what engine.batching.usable_memory starts from."""
 
 
 GPUS = {
-    "h200": Gpu("NVIDIA H200 (SXM)", 989e12, 4.8e12),
-    "h100": Gpu("NVIDIA H100 (SXM)", 989e12, 3.35e12),
-    "a100": Gpu("NVIDIA A100 80GB (SXM)", 312e12, 2.04e12),
-    "l40s": Gpu("NVIDIA L40S", 362e12, 0.864e12),
+    "h200": Gpu("NVIDIA H200 (SXM)", 989e12, 4.8e12, 143771 * 2**20),  # nvidia-smi on the lent H200
+    "h100": Gpu("NVIDIA H100 (SXM)", 989e12, 3.35e12, 81559 * 2**20),
+    "a100": Gpu("NVIDIA A100 80GB (SXM)", 312e12, 2.04e12, 81920 * 2**20),
+    "l40s": Gpu("NVIDIA L40S", 362e12, 0.864e12, 46068 * 2**20),
 }
 PREFILL_EFFICIENCY = 0.5
 """Share of the matmul rate a prefill or re-read forward pass reaches."""
 DECODE_EFFICIENCY = 0.7
 """Share of the memory bandwidth a decoding step reaches."""
+LAUNCH_SECONDS = 8e-6
+"""Host time per kernel launch (6-10 us on current CUDA drivers; not measured here, no GPU)."""
+HOST_OPS = {"outside_forward": 44, "graph_replay": 1, "per_layer": {"olmo3": 67}, "per_layer_default": 55}
+"""Kernel launches per decoding step, counted on CPU by bench/host_bench.py (engine/hostcount.py's dispatch
+counter, 32 layers, bench/results/host_bench_graph.md): on the CUDA graph path (the cascade backend) the ops
+outside the forward pass (43: the draw, end-of-row bookkeeping, the static buffers) and one replay; on the
+dynamic path (the dense fallback) every op of the forward too, 55 per Llama-layout layer and 67 per OLMo-3 one
+((1792 - 50) / 32 and (2182 - 50) / 32)."""
 
 
 @dataclass
@@ -58,7 +69,7 @@ class StageWork:
     reads: int = 0
     """Read positions (probe rows)."""
     decode_batches: list = field(default_factory=list)
-    """Per chunk: (rows, prompt tokens, longest budget) of its decoding, for the decode estimate."""
+    """Each decoding batch, as generate forms it: [call label, rows, distinct prompt tokens, longest budget]."""
 
 
 def shared_tokens(seqs) -> int:
@@ -72,6 +83,8 @@ class ModelSize:
     params: int
     weight_bytes: int
     kv_bytes_per_token: int
+    host_ops_per_step: int = 0
+    """Kernel launches per decoding step (HOST_OPS): the host's side of a step."""
 
 
 def model_size(config, dtype_bytes: int = 2) -> ModelSize:
@@ -89,7 +102,21 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
     if not getattr(config, "tie_word_embeddings", False):
         params += embed
     kv = 2 * layers * kv_heads * head_dim * dtype_bytes
-    return ModelSize(params, params * dtype_bytes, kv)
+    if cascade_config(config):  # CUDA decodes it with static shapes, each step a graph replay
+        ops = HOST_OPS["outside_forward"] + HOST_OPS["graph_replay"]
+    else:
+        ops = HOST_OPS["outside_forward"] + layers * HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
+    return ModelSize(params, params * dtype_bytes, kv, ops)
+
+
+def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int | None = None) -> BatchBounds:
+    """The generation batch bounds a run of this model would have on the named GPU (engine.generation.batch_bounds
+    on CUDA: the default rows, and half the memory left beside the weights for keys/values)."""
+    _known_gpu(gpu_name)
+    default_budget, rows = DEFAULT_BOUNDS["generate"]["cuda"]
+    usable = max(0, GPUS[gpu_name].memory - size.weight_bytes)
+    return BatchBounds(token_budget or default_budget, rows, int(0.5 * usable) // size.kv_bytes_per_token,
+                       cascade_config(config))
 
 
 def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
@@ -97,33 +124,50 @@ def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
     matmul = gpu.bf16_flops * PREFILL_EFFICIENCY
     bandwidth = gpu.bandwidth * DECODE_EFFICIENCY
     prefill = stage.computed_tokens * 2 * size.params / matmul
-    rows_bound = DEFAULT_BOUNDS["generate"]["cuda"][1]
+    host = size.host_ops_per_step * LAUNCH_SECONDS  # the host launches the next step while the device runs this one
     decode = 0.0
-    for rows, prompt_tokens, budget in stage.decode_batches:
-        batches = math.ceil(rows / rows_bound)
-        width = rows / batches
-        held = prompt_tokens / batches + width * budget / 2  # keys/values a step reads, on average
-        step = max((size.weight_bytes + held * size.kv_bytes_per_token) / bandwidth, width * 2 * size.params / matmul)
-        decode += batches * budget * step
+    for _, rows, prompt_tokens, budget in stage.decode_batches:  # each batch as generate forms it
+        held = prompt_tokens + rows * budget / 2  # keys/values a step reads, on average
+        device = max((size.weight_bytes + held * size.kv_bytes_per_token) / bandwidth, rows * 2 * size.params / matmul)
+        decode += budget * max(device, host)
     reread = stage.reread_tokens_max * 2 * size.params / matmul
     return {"prefill_s": prefill, "decode_s": decode, "reread_s": reread, "total_s": prefill + decode + reread}
 
 
 def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str) -> list[dict]:
     """One row per stage (and a total row): the workload and the estimated seconds on the named GPU."""
-    if gpu_name not in GPUS:
-        raise ReadoutError(f"--gpu: '{gpu_name}' is not one of {', '.join(GPUS)}: --plan estimates GPUs only (no CPU "
-                           "estimate; a CPU run's summary prints its measured rates)")
+    _known_gpu(gpu_name)
     gpu = GPUS[gpu_name]
     rows = []
     for st in stages:
-        work = {k: v for k, v in asdict(st).items() if k != "decode_batches"}
-        rows.append({**work, **estimate(st, size, gpu)})
+        rows.append({**asdict(st), **estimate(st, size, gpu)})
     total = {"stage": "total"}
     for key in rows[0] if rows else ():
-        if key != "stage":
+        if key not in ("stage", "decode_batches"):
             total[key] = sum(r[key] for r in rows)
     return rows + [total]
+
+
+def _known_gpu(gpu_name: str) -> None:
+    if gpu_name not in GPUS:
+        raise ReadoutError(f"--gpu: '{gpu_name}' is not one of {', '.join(GPUS)}: --plan estimates GPUs only (no CPU "
+                           "estimate; a CPU run's summary prints its measured rates)")
+
+
+def batch_lines(rows: list[dict]) -> list[str]:
+    """Per stage and `generate` call (`plan_table`'s rows), the decoding batches the run forms: how many, their
+    rows (and the row bucket a static CUDA batch starts in), the longest budget."""
+    lines = []
+    for row in rows:
+        calls: dict[str, list] = {}
+        for label, width, _, budget in row.get("decode_batches", ()):
+            calls.setdefault(label, []).append((width, budget))
+        for label, batches in calls.items():
+            widths = sorted(r for r, _ in batches)
+            lines.append(f"  {row['stage']} {label}: {len(batches):,} batches of {widths[0]:,}-{widths[-1]:,} rows "
+                         f"(median {widths[len(widths) // 2]:,}, bucket {bucket(widths[-1]):,}), "
+                         f"up to {max(b for _, b in batches):,} new tokens")
+    return ["decoding batches (as generate forms them under the GPU's row and key/value limits):", *lines] if lines else []
 
 
 def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) -> list[str]:
@@ -141,7 +185,9 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
         lines.append(f"{r['stage']:<10} {r['prompts']:>8,} {r['prompt_tokens']:>11,} {r['computed_tokens']:>10,} "
                      f"{r['rollouts']:>9,} {r['generated_max']:>10,} {r['reads']:>8,} {_time(r['prefill_s']):>8} "
                      f"{_time(r['decode_s']):>8} {_time(r['reread_s']):>8} {_time(r['total_s']):>8}")
-    lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements.")
+    lines += batch_lines(rows)
+    lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements; "
+                 f"a decoding step takes at least its {size.host_ops_per_step:,} kernel launches of host time.")
     return lines
 
 

@@ -6,10 +6,11 @@ tokenizer; generation prompts planned into prefix trees chunk by chunk as the de
 from __future__ import annotations
 
 from contract.readouts import FIRST_TOKEN
+from engine.generation import BatchBounds, batch_shape, plan_batches
 from engine.render import encode_prompts
 from panels.frames import render
 from readouts.gap.profile import GapProfile, cells_read, rollouts
-from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_jobs, orders_for, prompt_of, stages
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_calls, generation_jobs, orders_for, prompt_of, stages
 from readouts.plan import StageWork, shared_tokens
 
 
@@ -35,29 +36,31 @@ def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int
         st.computed_tokens += shared + (len(first) - shared) * n_orders
 
 
-def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int) -> None:
+def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int, bounds: BatchBounds) -> None:
     planned = generation_jobs(chunk, specs, profile, seed)
-    jobs = [(sp.name, getattr(profile, sp.budget), rollouts(sp, profile)) for _, _, sp, _, _, _ in planned]
-    prompts = [prompt_of(rendered) for *_, rendered in planned]
-    if not jobs:
+    if not planned:
         return
-    seqs = [tuple(ids) for ids in encode_prompts(tok, prompts)]
-    rows = sum(n for _, _, n in jobs)
-    st.prompts += len(jobs)
-    st.prompt_tokens += sum(map(len, seqs))
-    st.computed_tokens += shared_tokens(seqs)
-    st.rollouts += rows
-    st.generated_max += sum(n * b for _, b, n in jobs)
+    for label, n, part, ties in generation_calls(planned, profile):
+        seqs = [tuple(ids) for ids in encode_prompts(tok, [prompt_of(job[5]) for job in part])]
+        budgets = [getattr(profile, job[2].budget) for job in part]
+        st.prompts += len(part)
+        st.prompt_tokens += sum(map(len, seqs))
+        st.computed_tokens += shared_tokens(seqs)
+        st.rollouts += len(part) * n
+        st.generated_max += n * sum(budgets)
+        for batch in plan_batches([len(q) for q in seqs], budgets, n, bounds, ties):
+            st.decode_batches.append([label, *batch_shape(seqs, budgets, n, [i for u in batch for i in u])])
     derived = [sp for sp in specs if sp.derived_from is not None]
-    reads = rows + sum(sum(n for name, _, n in jobs if name == sp.derived_from) for sp in derived)
+    rows = sum(rollouts(job[2], profile) for job in planned)
+    reads = rows + sum(rollouts(job[2], profile) for sp in derived for job in planned if job[2].name == sp.derived_from)
     st.reads += reads
-    longest = max(b for _, b, _ in jobs)
+    longest = max(getattr(profile, job[2].budget) for job in planned)
     st.reread_tokens_max += reads * (longest + ANCHOR_ALLOWANCE)
-    st.decode_batches.append((rows, sum(len(p) for p in dict.fromkeys(seqs)), longest))
 
 
-def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int) -> list[StageWork]:
-    """Per stage, the run's workload over all `chunks` (lists of scenarios)."""
+def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int, bounds: BatchBounds) -> list[StageWork]:
+    """Per stage, the run's workload over all `chunks` (lists of scenarios); decoding batches as `generate` forms
+    them under `bounds` (the run's device, or the GPU planned for)."""
     out: dict[str, StageWork] = {}
     for chunk in chunks:
         for name, specs in stages(groups, profile):
@@ -65,5 +68,5 @@ def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int) -> list[St
             if specs[0].read == FIRST_TOKEN:
                 _first_token(st, tok, chunk, specs[0], profile, seed)
             else:
-                _generated(st, tok, chunk, specs, profile, seed)
+                _generated(st, tok, chunk, specs, profile, seed, bounds)
     return list(out.values())

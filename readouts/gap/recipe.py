@@ -107,6 +107,24 @@ def generation_jobs(scenarios, specs, profile: GapProfile, seed: int) -> list[tu
     return jobs
 
 
+def generation_calls(jobs, profile: GapProfile) -> list[tuple]:
+    """The `generate` calls of one group's jobs, as the runner makes them: one per rollout count and token budget,
+    each (label, n, jobs, ties), `ties[i]` the index of the job whose rollouts job i's follow in length
+    (`length_of`, within one budget) or None. A batch preallocates every row's keys/values for its longest budget,
+    so the rider (2,048 tokens) and the brief arm (64) decode apart from the 512-token arms; the rollouts are the
+    same in any batch (seeded per row). The label names the call's readouts (`--plan` lists each call's batches)."""
+    calls = []
+    for n, budget in dict.fromkeys((rollouts(job[2], profile), job[2].budget) for job in jobs):
+        part = [job for job in jobs if (rollouts(job[2], profile), job[2].budget) == (n, budget)]
+        at = {(s.id, cell, sp.name, k): i for i, (s, cell, sp, _, k, _) in enumerate(part)}
+        ties = [at.get((s.id, cell, sp.length_of, k)) if sp.length_of else None for s, cell, sp, _, k, _ in part]
+        if any(sp.length_of and t is None for (_, _, sp, _, _, _), t in zip(part, ties)):
+            raise ReadoutError(f"readout {part[0][2].group}: a length_of readout without its paired readout")
+        names = "+".join(dict.fromkeys(job[2].name for job in part))
+        calls.append((f"{names} x{n}", n, part, ties))
+    return calls
+
+
 def reads_per_scenario(scenario, profile: GapProfile, groups) -> int:
     """How many read positions a scenario costs (for the progress bar's total)."""
     return sum(profile.orders[s.orders] if s.read == FIRST_TOKEN else len(s.frames) * rollouts(s, profile)
@@ -142,6 +160,8 @@ class GapRunner:
         self.timings: dict[str, float] = {}
         self._known: dict = {}
         self.counts: dict[str, int] = {}
+        self.batches: dict[str, list] = {}
+        """Per stage, each decoding batch of this session: [call label, rows, distinct prompt tokens, longest budget]."""
         self._texts: dict[tuple, str] = {}
 
     def _tick(self, n):
@@ -193,20 +213,17 @@ class GapRunner:
         orders (J: one order per paraphrase; dose: one for every arm, the rider included)."""
         jobs = generation_jobs(scenarios, specs, self.profile, self.seed)
         reads, texts = [], {}
-        for n in dict.fromkeys(rollouts(job[2], self.profile) for job in jobs):
-            part = [job for job in jobs if rollouts(job[2], self.profile) == n]
-            at = {(s.id, cell, sp.name, k): i for i, (s, cell, sp, _, k, _) in enumerate(part)}
-            ties = [at.get((s.id, cell, sp.length_of, k)) if sp.length_of else None for s, cell, sp, _, k, _ in part]
-            if any(sp.length_of and t is None for (_, _, sp, _, _, _), t in zip(part, ties)):
-                raise ReadoutError(f"readout {part[0][2].group}: a length_of readout without its paired readout")
+        for label, n, part, ties in generation_calls(jobs, self.profile):
             prompts = [tuple(encode_prompt(self.tok, prompt_of(job[5]))) for job in part]
+            shapes = []
             generated = generate(
                 self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in part],
                 stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
                 top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,
                 seeds=[derive_seed(self.seed, s.id, cell, sp.seeded_as or sp.name, frame) for s, cell, sp, frame, _, _ in part],
-                on_batch=lambda k, n=n: self._tick(k * n), row_kv=self._known, length_of=ties,
+                on_batch=lambda k, n=n: self._tick(k * n), row_kv=self._known, length_of=ties, batches=shapes,
             )
+            self.batches.setdefault(part[0][2].group, []).extend([label, *shape] for shape in shapes)
             for (s, cell, sp, frame, k, r), ids, rolls, tie in zip(part, prompts, generated, ties):
                 for j, rollout in enumerate(rolls):
                     a = anchor_read(self.tok, ids, rollout, r.anchor, **answer_forms(s, r))

@@ -124,12 +124,13 @@ class GapStudy:
                         n = len(encode_prompt(lm.tokenizer, prompt)) + extra
                         lm.check_fits(n, f"{s.source}: context ({frame}, {cell})")
 
-    def workload(self, tokenizer, chunks, profile, seed: int):
-        """The run's workload per stage without a model (`--plan`; readouts/gap/plan.py)."""
+    def workload(self, tokenizer, chunks, profile, seed: int, bounds):
+        """The run's workload per stage without a model (`--plan`; readouts/gap/plan.py); decoding batches as
+        `generate` forms them under `bounds` (engine.generation.BatchBounds)."""
         from readouts.gap.plan import gap_workload
 
         groups = parse_readouts(self.readouts, getattr(tokenizer, "chat_template", None) is not None)
-        return gap_workload(tokenizer, chunks, profile, groups, seed)
+        return gap_workload(tokenizer, chunks, profile, groups, seed, bounds)
 
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups)

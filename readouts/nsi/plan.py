@@ -7,13 +7,20 @@ followed by the decision prefix.
 from __future__ import annotations
 
 from contract.names import FRAMINGS
+from engine.generation import BatchBounds, batch_shape, plan_batches
 from engine.render import Prompt, encode_prompts
 from panels.frames import render_polarity
 from readouts.plan import StageWork, shared_tokens
 
 
-def nsi_workload(tok, chunks, profile, prefix_ids: tuple[int, ...]) -> list[StageWork]:
-    """Per stage (replies, continuous), the run's workload over all `chunks` (lists of dilemmas)."""
+def reply_label(n: int) -> str:
+    """The replies' one `generate` call, as its batches are labelled in the plan and in the run's manifest."""
+    return f"replies x{n}"
+
+
+def nsi_workload(tok, chunks, profile, prefix_ids: tuple[int, ...], bounds: BatchBounds) -> list[StageWork]:
+    """Per stage (replies, continuous), the run's workload over all `chunks` (lists of dilemmas); the replies'
+    decoding batches as `generate` forms them under `bounds`."""
     replies, continuous = StageWork("replies"), StageWork("continuous")
     n = 1 + profile.samples
     for chunk in chunks:
@@ -25,7 +32,9 @@ def nsi_workload(tok, chunks, profile, prefix_ids: tuple[int, ...]) -> list[Stag
         replies.rollouts += len(seqs) * n
         replies.generated_max += len(seqs) * n * profile.budget
         replies.reads += len(seqs) * n
-        replies.decode_batches.append((len(seqs) * n, sum(len(p) for p in dict.fromkeys(seqs)), profile.budget))
+        budgets = [profile.budget] * len(seqs)
+        for batch in plan_batches([len(q) for q in seqs], budgets, n, bounds):
+            replies.decode_batches.append([reply_label(n), *batch_shape(seqs, budgets, n, [i for u in batch for i in u])])
         reads = [s + tuple(prefix_ids) for s in seqs]
         continuous.prompts += len(reads)
         continuous.reads += len(reads)

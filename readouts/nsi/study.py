@@ -21,6 +21,7 @@ from engine.sampling import derive_seed
 from engine.scoring import score_ids
 from panels.frames import render_polarity
 from readouts.nsi.parse import endorsement, parse_reply
+from readouts.nsi.plan import reply_label
 from readouts.nsi.profile import PROFILES, NsiProfile, run_name, settings_note  # noqa: F401 - re-exported
 
 DECISION_PREFIX = '{"decision": "'
@@ -60,18 +61,22 @@ class NsiRunner:
         self.prefix_ids = tuple(self.tok.encode(DECISION_PREFIX, add_special_tokens=False))
         self.timings: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self.batches: dict[str, list] = {}
+        """Per stage, each decoding batch of this session: [call label, rows, distinct prompt tokens, longest budget]."""
 
     def run(self, dilemmas) -> tuple[list[dict], list[dict]]:
         t0 = time.perf_counter()
         cells = [(d, f, render_polarity(d, f)) for d in dilemmas for f in FRAMINGS]
         prompts = [tuple(encode_prompt(self.tok, Prompt(messages=p.messages))) for _, _, p in cells]
         n = 1 + self.profile.samples
+        shapes = []
         rollouts = generate(
             self.lm.model, prompts, max_new_tokens=self.profile.budget, stop_ids=self.stop, n=n, greedy_first=True,
             temperature=self.profile.temperature, top_p=self.profile.top_p, pad_id=self.lm.pad_id,
             seeds=[derive_seed(self.seed, d.id, f) for d, f, _ in cells],
-            on_batch=(lambda k: self.bar.update(k * n)) if self.bar is not None else None,
+            on_batch=(lambda k: self.bar.update(k * n)) if self.bar is not None else None, batches=shapes,
         )
+        self.batches.setdefault("replies", []).extend([reply_label(n), *shape] for shape in shapes)
         replies = []
         for (d, f, p), rs in zip(cells, rollouts):
             for j, r in enumerate(rs):
@@ -173,11 +178,12 @@ class NsiStudy:
     def work(self, record, profile) -> int:
         return len(FRAMINGS) * (1 + profile.samples)
 
-    def workload(self, tokenizer, chunks, profile, seed: int):
+    def workload(self, tokenizer, chunks, profile, seed: int, bounds):
         """The run's workload per stage without a model (`--plan`; readouts/nsi/plan.py)."""
         from readouts.nsi.plan import nsi_workload
 
-        return nsi_workload(tokenizer, chunks, profile, tuple(tokenizer.encode(DECISION_PREFIX, add_special_tokens=False)))
+        prefix = tuple(tokenizer.encode(DECISION_PREFIX, add_special_tokens=False))
+        return nsi_workload(tokenizer, chunks, profile, prefix, bounds)
 
     def runner(self, lm, profile, seed, options, bar):
         if getattr(lm, "served", False):

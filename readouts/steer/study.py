@@ -136,11 +136,12 @@ class SteerStudy(GapStudy):
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups) * max(1, len(self.conditions))
 
-    def workload(self, tokenizer, chunks, profile, seed: int):
+    def workload(self, tokenizer, chunks, profile, seed: int, bounds):
         """The grid's workload per stage without a model (`--plan`; readouts/steer/plan.py)."""
         from readouts.steer.plan import steer_workload
 
-        return steer_workload(tokenizer, self, super().workload(tokenizer, chunks, profile, seed), profile, seed)
+        base = super().workload(tokenizer, chunks, profile, seed, bounds)
+        return steer_workload(tokenizer, self, base, profile, seed)
 
     def runner(self, lm, profile, seed, options, bar):
         return SteerRunner(lm, profile, seed, self, options.model.model, bar, options.model.token_budget)

@@ -123,6 +123,30 @@ def test_sampled_rollouts_do_not_depend_on_the_batch(name, monkeypatch):
     assert [rs[0] for rs in other] == [rs[0] for rs in full]
 
 
+def test_the_batches_generate_forms_are_plan_batches_under_a_key_value_limit(monkeypatch):
+    """A key/value limit (a GPU's; none on CPU) cuts a call into the batches `plan_batches` plans, each within
+    the limit (`--plan` counts them with the same function), and the rollouts stay those of one batch."""
+    lm = get_model("tiny-llama3")
+    ps = prompts_for(lm)
+    stop, budgets = _stops_and_budgets(lm, ps)
+    kw = dict(max_new_tokens=budgets, stop_ids=stop, n=3, greedy_first=True, temperature=0.9, top_p=0.9,
+              pad_id=lm.pad_id, seeds=list(range(len(ps))))
+    whole = generate(lm.model, ps, **kw)
+    limit = 3 * max(len(p) + 3 * b for p, b in zip(ps, budgets))
+    monkeypatch.setattr(generation, "generation_cache_limit", lambda model, device: limit)
+    formed = []
+    assert generate(lm.model, ps, batches=formed, **kw) == whole
+    bounds = generation.batch_bounds(lm.model, lm.model.device)
+    assert bounds.kv_limit == limit
+    planned = generation.plan_batches([len(p) for p in ps], budgets, 3, bounds)
+    assert formed == [generation.batch_shape(ps, budgets, 3, [i for u in b for i in u]) for b in planned]
+    assert len(formed) > 1
+    for batch in planned:
+        members = [i for u in batch for i in u]
+        held = sum(len(ps[i]) for i in members) + 3 * len(members) * max(budgets[i] for i in members)
+        assert held <= limit or len(batch) == 1
+
+
 def test_dense_fallback_samples_the_same_rollouts(monkeypatch):
     lm = get_model("tiny-qwen2")
     ps = prompts_for(lm)

@@ -77,7 +77,7 @@ def test_truncated_filler_is_cut_where_the_paired_reasoning_read_sits(monkeypatc
     seen = {}
 
     def fake_generate(model, prompts, **kw):
-        seen["length_of"] = kw.get("length_of")
+        seen.setdefault("length_of", []).extend(kw.get("length_of") or [])  # every call's (one per budget)
         out = []
         for p in prompts:
             text = tok.decode(list(p))

@@ -10,17 +10,22 @@ import pytest
 
 import engine.loading as loading
 import readouts.driver as driver
+from engine import batching
 from engine.errors import ReadoutError
+from engine.generation import plan_batches
 from readouts.cli import main
 from readouts.driver import ModelOptions, RunOptions, plan_run, run
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
 from readouts.nsi.study import NsiStudy
-from readouts.plan import GPUS, ModelSize, StageWork, estimate
+from readouts.plan import GPUS, HOST_OPS, LAUNCH_SECONDS, ModelSize, StageWork, estimate, gpu_batch_bounds, model_size
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="plan-test", max_units=2, chunk_size=1,
                               orders={"D": 3, "J0": 2, "control": 2, "raw": 2}, j_samples=1, j_budget=5,
                               dose_samples=1, dose_budget=5, dose_brief_budget=3, rider_rollouts=2, rider_budget=7)
+
+
+PROFILE_CHUNKS = range(2)  # max_units=2 in chunks of 1
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +34,8 @@ def plan_profile(monkeypatch):
 
 
 def test_the_plan_is_the_run(tmp_path, monkeypatch):
+    # Few rows per generation batch, so that a chunk's calls are cut into several batches (plan and run alike).
+    monkeypatch.setitem(batching.DEFAULT_BOUNDS, "generate", {**batching.DEFAULT_BOUNDS["generate"], "cpu": (4096, 6)})
     options = RunOptions(model=ModelOptions("tiny-llama3"), profile="plan-test", out=str(tmp_path / "run"), progress=False)
     with monkeypatch.context() as m:
         for module in (loading, driver):
@@ -52,6 +59,17 @@ def test_the_plan_is_the_run(tmp_path, monkeypatch):
                        & (probes.rollout >= 0)].generated_tokens.sum()
     assert 0 < generated <= planned["J"]["generated_max"] + planned["dose"]["generated_max"]
     assert manifest["workload_by_stage"]["D"]["reads"] == planned["D"]["reads"]
+    # The decoding batches the run formed, call by call, are the ones the plan forms under the run's bounds; the
+    # rider (and the brief arm) are calls of their own, never batched with budgets other than their own.
+    formed = manifest["last_session"]["decode_batches_by_stage"]
+    assert set(formed) == {"J", "dose"}
+    for stage, batches in formed.items():
+        assert batches == manifest["workload_by_stage"][stage]["decode_batches"], stage
+        assert len(batches) > 2 * len(PROFILE_CHUNKS) and max(rows for _, rows, _, _ in batches) <= 6
+    budgets = {}
+    for label, *_, budget in formed["dose"]:
+        budgets.setdefault(label, set()).add(budget)
+    assert budgets == {"dose_reasoning+dose_filler+dose_norm x2": {5}, "dose_brief x2": {3}, "dose_rider x2": {7}}
 
 
 def test_plan_on_the_command_line(capsys):
@@ -62,6 +80,8 @@ def test_plan_on_the_command_line(capsys):
     assert "profile paper, 140 records in 35 chunks of 4" in out and "NVIDIA H100" in out
     assert any(line.startswith("total ") for line in out.splitlines())
     assert "estimate on NVIDIA H100" in out and "(GPUs only: on a CPU the run takes far longer)" in out
+    calls = [line.split(":")[0].strip() for line in out.splitlines() if line.startswith("  ")]
+    assert calls == ["J J x9", "dose dose_reasoning+dose_filler+dose_norm x4", "dose dose_brief x4", "dose dose_rider x8"]
     with pytest.raises(SystemExit) as exc:
         main(["run", "--plan", "--model", "tiny-qwen2", "--gpu", "tpu"])
     assert exc.value.code != 0
@@ -78,16 +98,47 @@ def test_estimate_bounds():
     """Prefill is matmul-bound; a decoding step of a narrow batch is bandwidth-bound: weights read once per step."""
     gpu = GPUS["h200"]
     size = ModelSize(params=7 * 10**9, weight_bytes=14 * 10**9, kv_bytes_per_token=131072)
-    st = StageWork("J", computed_tokens=10**6, decode_batches=[(1, 100, 512)])
+    st = StageWork("J", computed_tokens=10**6, decode_batches=[["J x1", 1, 100, 512]])
     times = estimate(st, size, gpu)
     assert times["prefill_s"] == pytest.approx(10**6 * 2 * 7e9 / (989e12 * 0.5))
     step = (14e9 + (100 + 256) * 131072) / (4.8e12 * 0.7)
     assert times["decode_s"] == pytest.approx(512 * step)
+    # A step whose launches take the host longer than the device's work is host-bound: 2,000 launches (the
+    # dynamic path's count at 32 layers) at LAUNCH_SECONDS each, against a 6 ms device step.
+    hosted = dataclasses.replace(size, host_ops_per_step=2000)
+    assert estimate(st, hosted, gpu)["decode_s"] == pytest.approx(512 * 2000 * LAUNCH_SECONDS)
+    assert 2000 * LAUNCH_SECONDS > step
+
+
+def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
+    """--plan's batches on a GPU: the default rows, and half the memory beside the weights for keys/values (what
+    engine.batching.generation_cache_limit gives a run there); OLMo-3's full multi-head caches fit fewer rows."""
+    from transformers import AutoConfig
+
+    olmo = AutoConfig.for_model("olmo3", vocab_size=100278, hidden_size=4096, intermediate_size=11008,
+                                num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32)
+    llama = AutoConfig.for_model("llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                                 num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8)
+    for config, per_token in ((olmo, 512 * 1024), (llama, 128 * 1024)):
+        size = model_size(config)
+        assert size.kv_bytes_per_token == per_token
+        bounds = gpu_batch_bounds(config, size, "h200")
+        assert bounds.max_rows == 512 and bounds.cascade
+        assert bounds.kv_limit == int(0.5 * (143771 * 2**20 - size.weight_bytes)) // per_token
+        assert size.host_ops_per_step == HOST_OPS["outside_forward"] + HOST_OPS["graph_replay"]
+    # At 512 new tokens, a batch of 512 rows holds 262k tokens: more than OLMo-3's limit, within Llama's.
+    lengths, budgets = [300] * 128, [512] * 128
+    olmo_batches = plan_batches(lengths, budgets, 4, gpu_batch_bounds(olmo, model_size(olmo), "h200"))
+    llama_batches = plan_batches(lengths, budgets, 4, gpu_batch_bounds(llama, model_size(llama), "h200"))
+    assert len(llama_batches) == 1 and len(olmo_batches) > 1
+    limit = gpu_batch_bounds(olmo, model_size(olmo), "h200").kv_limit
+    for batch in olmo_batches:
+        members = [i for u in batch for i in u]
+        assert sum(lengths[i] for i in members) + 4 * len(members) * 512 <= limit
 
 
 @pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "smollm2-135m"])
 def test_model_size_from_the_config(name):
-    from readouts.plan import model_size
     from tests.conftest import get_model
 
     lm = get_model(name)
@@ -100,7 +151,6 @@ def test_the_plan_tokenizer_is_the_runs(name):
     """--plan reads config.json as the generic config (no architecture import); the tokenizer it then gets
     is the run's: same class, same chat and raw ids, same BOS; the config gives the same model size."""
     from engine.render import Prompt, encode_prompts
-    from readouts.plan import model_size
     from tests.conftest import get_model
 
     tok, config = loading.load_tokenizer_config(name)
@@ -128,6 +178,9 @@ def test_the_nsi_plan_is_the_nsi_run(tmp_path, monkeypatch):
                                                           "continuous": planned["continuous"]["reads"]}
     replies, continuous = pd.read_parquet(path / "nsi_replies.parquet"), pd.read_parquet(path / "nsi_continuous.parquet")
     assert planned["continuous"]["prompt_tokens"] == continuous.prompt_tokens.sum()
+    formed = manifest["last_session"]["decode_batches_by_stage"]
+    assert formed["replies"] == manifest["workload_by_stage"]["replies"]["decode_batches"]
+    assert [label for label, *_ in formed["replies"]] == ["replies x2"] * len(formed["replies"])
     assert planned["replies"]["rollouts"] == len(replies) and planned["replies"]["generated_max"] == 6 * len(replies)
     assert 0 < replies.generated_tokens.sum() <= planned["replies"]["generated_max"]
     assert 0 < planned["replies"]["computed_tokens"] < planned["replies"]["prompt_tokens"]  # framings share a prefix
