@@ -62,6 +62,7 @@ bench:
 	$(PY) bench/stats_bench.py --out bench/results
 	$(PY) bench/gen_bench.py --out bench/results
 	$(PY) bench/plan_bench.py --out bench/results
+	$(PY) bench/plan_8b_bench.py --out bench/results
 	$(PY) bench/depth_bench.py --out bench/results
 	$(PY) bench/steer_bench.py --out bench/results
 	$(PY) bench/host_bench.py --out bench/results

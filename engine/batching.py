@@ -116,9 +116,13 @@ def cache_token_limit(model, device: torch.device, budget: int) -> int:
     return limit
 
 
+GENERATION_CACHE_SHARE = 0.5
+"""Share of a CUDA device's usable memory one generation batch's keys/values may take (`--plan` uses it too)."""
+
+
 def generation_cache_limit(model, device: torch.device) -> int | None:
     """Tokens of keys/values one generation batch may hold (rows x (prompt + new tokens)): on CUDA half
     the usable memory; None (unbounded) elsewhere."""
     if device.type != "cuda":
         return None
-    return int(0.5 * usable_memory(model, device)) // kv_bytes_per_token(model)
+    return int(GENERATION_CACHE_SHARE * usable_memory(model, device)) // kv_bytes_per_token(model)

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, pad_rows
+from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, kv_bytes_per_token, pad_rows
 from engine.decode import Cascade, Dense, supports_cascade
 from engine.packed import packed_linears
 from engine.rowcache import default_limit
@@ -187,13 +187,19 @@ class BatchBounds:
     max_rows: int
     kv_limit: int | None
     cascade: bool = True
+    row_cache_bytes: int | None = None
+    """What the rows' own caches may hold for the reads after the anchor (`row_kv`'s default limit; 0: none,
+    the dense fallback; None: unbounded)."""
+    kv_bytes_per_token: int = 0
+    """Keys/values of one token, all layers (for `row_cache_bytes`)."""
 
 
 def batch_bounds(model, device, token_budget: int | None = None, max_rows: int | None = None) -> BatchBounds:
     """The bounds `generate` decodes `model` with on `device` (defaults: engine.batching's for the device)."""
     default_budget, default_rows = default_bounds("generate", device)
+    cascade = supports_cascade(model)
     return BatchBounds(token_budget or default_budget, max_rows or default_rows, generation_cache_limit(model, device),
-                       supports_cascade(model))
+                       cascade, default_limit(model, device) if cascade else 0, kv_bytes_per_token(model))
 
 
 def plan_batches(lengths: Sequence[int], budgets: Sequence[int], n: int, bounds: BatchBounds, leaders=None) -> list:

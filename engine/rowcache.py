@@ -20,6 +20,10 @@ DEFAULT_CPU_BYTES = 1 << 30
 """Bytes of row caches held on CPU (a quarter of the usable memory on CUDA: engine.batching.usable_memory)."""
 
 
+ROW_CACHE_SHARE = 0.25
+"""Share of a CUDA device's usable memory the rows' own caches of one stage may hold (`--plan` uses it too)."""
+
+
 class RowCaches(Mapping):
     """Known prefixes ({token tuple: [(keys, values) per layer], each [1, heads, len, dim]}) plus rows that
     serve any prefix of their tokens. `limit_bytes` None: set by the first `generate` that fills it."""
@@ -108,5 +112,5 @@ def default_limit(model, device: torch.device) -> int:
     if device.type == "cuda":
         from engine.batching import usable_memory
 
-        return int(0.25 * usable_memory(model, device))
+        return int(ROW_CACHE_SHARE * usable_memory(model, device))
     return DEFAULT_CPU_BYTES

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from engine.batching import DEFAULT_BOUNDS
+from engine.batching import DEFAULT_BOUNDS, GENERATION_CACHE_SHARE
 from engine.decode import bucket, cascade_config
 from engine.errors import ReadoutError
 from engine.generation import BatchBounds
 from engine.planner import plan_prefix_groups, planned_tokens
+from engine.rowcache import ROW_CACHE_SHARE
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ class StageWork:
     generated_max: int = 0
     """Upper bound of generated tokens (every rollout to its budget)."""
     reread_tokens_max: int = 0
-    """Upper bound of tokens run to read letters after generated text (the text, the forced anchor)."""
+    """Upper bound of tokens run to read letters after generated text: the anchor suffix where the row's own
+    cache is held (engine/rowcache.py, within its limit, each row counted at its whole budget), the text and
+    the anchor where it is not."""
     reads: int = 0
     """Read positions (probe rows)."""
     decode_batches: list = field(default_factory=list)
@@ -115,8 +118,9 @@ def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int |
     _known_gpu(gpu_name)
     default_budget, rows = DEFAULT_BOUNDS["generate"]["cuda"]
     usable = max(0, GPUS[gpu_name].memory - size.weight_bytes)
-    return BatchBounds(token_budget or default_budget, rows, int(0.5 * usable) // size.kv_bytes_per_token,
-                       cascade_config(config))
+    cascade = cascade_config(config)
+    return BatchBounds(token_budget or default_budget, rows, int(GENERATION_CACHE_SHARE * usable) // size.kv_bytes_per_token,
+                       cascade, int(ROW_CACHE_SHARE * usable) if cascade else 0, size.kv_bytes_per_token)
 
 
 def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:

@@ -9,7 +9,7 @@ from contract.readouts import FIRST_TOKEN
 from engine.generation import BatchBounds, batch_shape, plan_batches
 from engine.render import encode_prompts
 from panels.frames import render
-from readouts.gap.profile import GapProfile, cells_read, rollouts
+from readouts.gap.profile import GapProfile, cells_read
 from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_calls, generation_jobs, orders_for, prompt_of, stages
 from readouts.plan import StageWork, shared_tokens
 
@@ -40,6 +40,9 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
     planned = generation_jobs(chunk, specs, profile, seed)
     if not planned:
         return
+    # Reads per row: its own and one for each readout derived from its readout (a cut of its text).
+    per_row = {job[2].name: 1 + sum(sp.derived_from == job[2].name for sp in specs) for job in planned}
+    room = bounds.row_cache_bytes  # this stage's row caches in this chunk (the runner's RowCaches)
     for label, n, part, ties in generation_calls(planned, profile):
         seqs = [tuple(ids) for ids in encode_prompts(tok, [prompt_of(job[5]) for job in part])]
         budgets = [getattr(profile, job[2].budget) for job in part]
@@ -49,13 +52,17 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
         st.rollouts += len(part) * n
         st.generated_max += n * sum(budgets)
         for batch in plan_batches([len(q) for q in seqs], budgets, n, bounds, ties):
-            st.decode_batches.append([label, *batch_shape(seqs, budgets, n, [i for u in batch for i in u])])
-    derived = [sp for sp in specs if sp.derived_from is not None]
-    rows = sum(rollouts(job[2], profile) for job in planned)
-    reads = rows + sum(rollouts(job[2], profile) for sp in derived for job in planned if job[2].name == sp.derived_from)
-    st.reads += reads
-    longest = max(getattr(profile, job[2].budget) for job in planned)
-    st.reread_tokens_max += reads * (longest + ANCHOR_ALLOWANCE)
+            members = [i for u in batch for i in u]
+            st.decode_batches.append([label, *batch_shape(seqs, budgets, n, members)])
+            for i in members:  # rows are held as their batch finishes, in batch order, while the room lasts
+                reads, size = per_row[part[i][2].name], budgets[i] * bounds.kv_bytes_per_token
+                for _ in range(n):
+                    st.reads += reads
+                    if room is None or size <= room:
+                        room = None if room is None else room - size
+                        st.reread_tokens_max += reads * ANCHOR_ALLOWANCE
+                    else:
+                        st.reread_tokens_max += reads * (budgets[i] + ANCHOR_ALLOWANCE)
 
 
 def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int, bounds: BatchBounds) -> list[StageWork]:

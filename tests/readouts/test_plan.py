@@ -72,6 +72,30 @@ def test_the_plan_is_the_run(tmp_path, monkeypatch):
     assert budgets == {"dose_reasoning+dose_filler+dose_norm x2": {5}, "dose_brief x2": {3}, "dose_rider x2": {7}}
 
 
+def test_rereads_run_the_anchor_suffix_where_the_rows_cache_is_held():
+    """After generation a read runs only the anchor suffix on top of the row's own cache while the stage's
+    row caches have room (each row counted at its whole budget), and the text and the anchor where they have
+    none: one J chunk of the plan-test profile (1 scenario, budget 5, one read per row), planted bounds."""
+    from engine.generation import BatchBounds
+    from engine.loading import load_tokenizer_config
+    from panels.schema import load_panel
+    from readouts.gap.plan import gap_workload
+    from readouts.gap.recipe import ANCHOR_ALLOWANCE
+
+    tok, _ = load_tokenizer_config("tiny-llama3")
+    chunk = load_panel("gap-v1").records[:1]
+
+    def j_stage(room):
+        bounds = BatchBounds(4096, 128, None, True, room, kv_bytes_per_token=10)
+        return next(st for st in gap_workload(tok, [chunk], PROFILE, ("J",), 0, bounds) if st.stage == "J")
+
+    rows = j_stage(None).reads
+    assert rows == j_stage(None).rollouts > 3 and j_stage(None).reread_tokens_max == rows * ANCHOR_ALLOWANCE
+    assert j_stage(0).reread_tokens_max == rows * (5 + ANCHOR_ALLOWANCE)  # nothing held: the old re-encode
+    # Room for three rows of 5 tokens x 10 bytes: the others re-encode.
+    assert j_stage(3 * 50 + 49).reread_tokens_max == 3 * ANCHOR_ALLOWANCE + (rows - 3) * (5 + ANCHOR_ALLOWANCE)
+
+
 def test_plan_on_the_command_line(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--plan", "--model", "tiny-qwen2", "--panel", "gap-v1", "--profile", "paper", "--gpu", "h100"])

@@ -1,0 +1,75 @@
+"""The paper profile's `--plan` at 8B-class dimensions: gap-v2 (and nsi-14) at the paper profile, prompts
+tokenized with the embedded SmolLM2's real tokenizer (49k vocabulary; the target models' own tokenizers are
+not on this machine, and give prompts of about the same length in English), the model's size, key/value bytes
+and host launches from the public Llama-3.1-8B and OLMo-3-7B architectures (scripts/gpu_check.py's ARCHS),
+the batches as `generate` would form them on the named GPU. Estimates, not measurements: the issue's GPU
+target (the paper profile on gap-v2 for one 8B-class model in under 40 minutes on one H200) is checked against
+these until a GPU run measures it. Results go to bench/results/plan_8b.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from transformers import AutoConfig  # noqa: E402
+
+from engine.loading import load_tokenizer_config  # noqa: E402
+from readouts.driver import ModelOptions, RunOptions, _resolve  # noqa: E402
+from readouts.gap.study import GapStudy  # noqa: E402
+from readouts.nsi.study import NsiStudy  # noqa: E402
+from readouts.plan import gpu_batch_bounds, model_size, plan_lines, plan_table  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
+
+STUDIES = {"gap-v2": (GapStudy, "gap-v2"), "nsi-14": (NsiStudy, "nsi-14")}
+
+
+def plan(study_name: str, arch: str, gpu: str):
+    study_cls, panel = STUDIES[study_name]
+    study = study_cls()
+    job = _resolve(study, RunOptions(model=ModelOptions("smollm2-135m"), panel=panel, profile="paper", progress=False))
+    spec = dict(gpu_check.ARCHS[arch])
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    size = model_size(config)
+    tokenizer, _ = load_tokenizer_config("smollm2-135m")
+    stages = study.workload(tokenizer, job.chunks, job.profile, job.seed, gpu_batch_bounds(config, size, gpu))
+    header = (f"plan: {arch} architecture (SmolLM2's tokenizer) on {panel}, profile paper, {len(job.records)} records "
+              f"in {len(job.chunks)} chunks of {job.profile.chunk_size}")
+    rows = plan_table(stages, size, gpu)
+    return rows, plan_lines(rows, size, gpu, header)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args()
+    md = [f"# plan_8b ({time.strftime('%Y-%m-%d %H:%M:%S')})", "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
+    result = {"bench": "plan_8b", "gpu": a.gpu, "plans": []}
+    for study_name in STUDIES:
+        for arch in gpu_check.ARCHS:
+            rows, lines = plan(study_name, arch, a.gpu)
+            total = rows[-1]
+            result["plans"].append({"study": study_name, "arch": arch, "total_s": total["total_s"],
+                                    "decode_s": total["decode_s"], "prefill_s": total["prefill_s"],
+                                    "reread_s": total["reread_s"]})
+            md += [f"## {study_name}, {arch}", "", "```", *lines, "```", ""]
+            print("\n".join(lines), "\n")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan_8b.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "plan_8b.md").write_text("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
