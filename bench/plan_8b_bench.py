@@ -52,11 +52,12 @@ def plan(study_name: str, arch: str, gpu: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--studies", default=",".join(STUDIES), help="comma-separated, of " + ", ".join(STUDIES))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
     md = [f"# plan_8b ({time.strftime('%Y-%m-%d %H:%M:%S')})", "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
     result = {"bench": "plan_8b", "gpu": a.gpu, "plans": []}
-    for study_name in STUDIES:
+    for study_name in a.studies.split(","):
         for arch in gpu_check.ARCHS:
             rows, lines = plan(study_name, arch, a.gpu)
             total = rows[-1]

@@ -15,6 +15,7 @@ SMOKE = {
     "d_readout_bench": ["--model", "tiny-qwen2", "--scenarios", "1", "--orders", "2", "--subset", "2"],
     "stats_bench": ["--n-scenarios", "60", "--n-boot", "20"],
     "plan_bench": ["--model", "tiny-qwen2", "--reps", "1"],
+    "plan_8b_bench": ["--studies", "nsi-14"],
     "depth_bench": ["--model", "tiny-qwen2", "--scenarios", "1", "--orders", "2", "--reps", "1"],
     "host_bench": ["--layers", "2", "--prompts", "1", "--rollouts", "2", "--t1", "2", "--t2", "3", "--reps", "1"],
 }
