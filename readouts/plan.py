@@ -43,12 +43,13 @@ DECODE_EFFICIENCY = 0.7
 """Share of the memory bandwidth a decoding step reaches."""
 LAUNCH_SECONDS = 8e-6
 """Host time per kernel launch (6-10 us on current CUDA drivers; not measured here, no GPU)."""
-HOST_OPS = {"outside_forward": 44, "graph_replay": 1, "per_layer": {"olmo3": 67}, "per_layer_default": 55}
+HOST_OPS = {"graph_outside_forward": 43, "graph_replay": 1, "dynamic_outside_forward": 50,
+            "per_layer": {"olmo3": 67}, "per_layer_default": 55}
 """Kernel launches per decoding step, counted on CPU by bench/host_bench.py (engine/hostcount.py's dispatch
 counter, 32 layers, bench/results/host_bench_graph.md): on the CUDA graph path (the cascade backend) the ops
 outside the forward pass (43: the draw, end-of-row bookkeeping, the static buffers) and one replay; on the
-dynamic path (the dense fallback) every op of the forward too, 55 per Llama-layout layer and 67 per OLMo-3 one
-((1792 - 50) / 32 and (2182 - 50) / 32)."""
+dynamic path (the dense fallback) its 50 ops outside the forward and every op of the forward too, 55 per
+Llama-layout layer and 67 per OLMo-3 one ((1792 - 50) / 32 and (2182 - 50) / 32)."""
 
 
 @dataclass
@@ -106,9 +107,10 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
         params += embed
     kv = 2 * layers * kv_heads * head_dim * dtype_bytes
     if cascade_config(config):  # CUDA decodes it with static shapes, each step a graph replay
-        ops = HOST_OPS["outside_forward"] + HOST_OPS["graph_replay"]
+        ops = HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"]
     else:
-        ops = HOST_OPS["outside_forward"] + layers * HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
+        per_layer = HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
+        ops = HOST_OPS["dynamic_outside_forward"] + layers * per_layer
     return ModelSize(params, params * dtype_bytes, kv, ops)
 
 
