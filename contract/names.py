@@ -69,9 +69,10 @@ DEPTH_GROUP = "depth"
 """The `--readouts` token that turns on the depth tables (depth.parquet, patching.parquet) on the first-token reads."""
 DEPTH_CELLS = ("primary", "twin", "harm_twin")
 """The cells the depth readout reads (every first-token readout of these cells)."""
-LENSES = ("logit",)
+LENSES = ("logit", "tuned")
 """How a residual stream becomes letter mass at each depth: `logit`, the logit lens (the model's final norm, then
-its head in fp32). A tuned lens would be another value."""
+its head in fp32); `tuned`, the tuned lens (a trained affine translator per depth before the same norm and head,
+engine/tuned_lens.py), read only when a run is given a lens file (`--lens`)."""
 PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge")
 """Whose residual replaces the agent prompt's at its read position: the same scenario's letter-only judge prompt
 (same cell and option order: the patch), the twin cell's agent prompt (same order), and another scenario's

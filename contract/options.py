@@ -42,3 +42,5 @@ TOP_P = Numeric(float, 0.0, 1.0, low_open=True)
 SPLIT = Numeric(float, 0.0, 1.0, low_open=True)
 """A training share of a split: above 0 (each stratum of two or more keeps one record on each side)."""
 TEMPERATURE = Numeric(float, 0.0)
+LEARNING_RATE = Numeric(float, 0.0, low_open=True)
+"""An optimizer's step size: above 0."""

@@ -130,8 +130,11 @@ NSI_CONTINUOUS = Table("nsi_continuous", _cols(
 _DEPTH_KEY = "model:str scenario_id:str family:str cell:str order_index:int order:str letters:str violating_letter:str"
 DEPTH = Table("depth", _cols(
     f"{_DEPTH_KEY} readout:str frame:str layer:int n_layers:int lens:str mass:list[float] letter_mass:float "
-    "p_violating:float"))
-"""One row per first-token probe (rollout 0) x depth x lens (contract.names.LENSES): the letters' mass at that depth."""
+    "p_violating:float kl_final:float"))
+"""One row per first-token probe (rollout 0) x depth x lens (contract.names.LENSES): the letters' mass at that depth,
+and the KL divergence in nats of the lens's full-vocabulary distribution there from the model's own (the last depth's)."""
+DEPTH_ADDED = ("kl_final",)
+"""depth.parquet columns added after the first depth runs (an older table lacks them; its readers treat them as missing)."""
 PATCHING = Table("patching", _cols(
     f"{_DEPTH_KEY} layer:int n_layers:int source:str source_scenario_id:str mass:list[float] letter_mass:float "
     "p_violating:float p_agent:float p_source:float"))

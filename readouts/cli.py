@@ -203,13 +203,15 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (twins always ride along); "
               "add depth for the depth tables (docs/depth.md)")
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
+@click.option("--lens", default=None, type=click.Path(dir_okay=False), help="a tuned-lens file (`readout lens train`) the "
+              "depth tables are also read through (needs depth in --readouts; its sha256 is recorded)")
 @_plan_options
 @_run_options(default_seed=0, profiles=tuple(GAP_PROFILES), out_help=GAP_OUT_HELP, set_help=GAP_SET_HELP)
-def run_cmd(panel, readouts, sample, **kwargs):
+def run_cmd(panel, readouts, sample, lens, **kwargs):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
     from readouts.gap.study import GapStudy
 
-    _run(GapStudy(readouts=readouts, sample=sample), kwargs, panel)
+    _run(GapStudy(readouts=readouts, sample=sample, lens=lens), kwargs, panel)
 
 
 def _parse_shard(text):
@@ -420,8 +422,10 @@ cli.add_command(show_cmd)
 cli.add_command(report_cmd)
 cli.add_command(organism_group)
 
+from readouts.lens import lens_group  # noqa: E402
 from readouts.panels_cli import panels_group  # noqa: E402
 from readouts.steer.cli import steer_command  # noqa: E402
 
 cli.add_command(panels_group)
+cli.add_command(lens_group())
 cli.add_command(steer_command())

@@ -4,6 +4,7 @@ the git commit, and the default run directory.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import subprocess
 import sys
@@ -121,3 +122,8 @@ def default_out(model: str, panel: str, run_name: str) -> Path:
     """runs/<model>/<panel>/<run name>, the model name made safe as a folder name."""
     safe = model.replace("/", "__").strip("_.") or "model"
     return Path("runs") / Path(safe).name / panel / run_name
+
+
+def file_sha256(path) -> str:
+    """A file's sha256 (recorded beside every file a run reads: vector files, lenses)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -1,7 +1,8 @@
 """The depth readout of the judgment-action study: each first-token read's letters at every depth through the
-logit lens (depth.parquet), and the agent read with its read-position residual replaced by another prompt's at
-one depth (patching.parquet). The engine supplies the residuals and the patched forward (engine/residuals.py);
-this module decides which prompts are read, patched and paired.
+logit lens, and through a tuned lens when the run has one (depth.parquet); and the agent read with its
+read-position residual replaced by another prompt's at one depth (patching.parquet). The engine supplies the
+residuals, the patched forward and the lens (engine/residuals.py, engine/tuned_lens.py); this module decides which
+prompts are read, patched and paired.
 """
 
 from __future__ import annotations
@@ -36,34 +37,45 @@ def _key_row(model_name: str, rd) -> dict:
                 violating_letter=r.violating_letter)
 
 
-def lens_masses(model, residuals: list[torch.Tensor], letter_tokens: list) -> list[list]:
-    """Per read, per depth: the LetterMass of the logit lens applied to that depth's stream."""
+def lens_reads(model, residuals: list[torch.Tensor], letter_tokens: list, lens=None) -> list[dict]:
+    """Per read, per lens (contract.names.LENSES: the logit lens, and the tuned lens when `lens` is given): the
+    LetterMass at every depth and the KL in nats of that depth's full-vocabulary distribution from the last depth's."""
     out = []
     for start in range(0, len(residuals), LENS_READS):
-        part = residuals[start : start + LENS_READS]
-        depths = part[0].shape[0]
-        logits = lens_logits(model, torch.cat(part))  # [reads x depths, vocab]
+        part = torch.stack(residuals[start : start + LENS_READS])  # [reads, depths, hidden]
+        reads, depths = part.shape[:2]
         letters = [lt for lt in letter_tokens[start : start + LENS_READS] for _ in range(depths)]
-        masses = letter_masses(logits, letters, [0] * len(letters), 1.0, 1.0)
-        out += [masses[i * depths : (i + 1) * depths] for i in range(len(part))]
+        per = [{} for _ in range(reads)]
+        for name, streams in ((LENSES[0], part), (LENSES[1], None if lens is None else lens.translate(part))):
+            if streams is None:
+                continue
+            logits = lens_logits(model, streams).reshape(reads * depths, -1)
+            masses = letter_masses(logits, letters, [0] * len(letters), 1.0, 1.0)
+            logp = logits.log_softmax(-1).reshape(reads, depths, -1)
+            final = logp[:, -1:, :]
+            kl = (final.exp() * (final - logp)).sum(-1).cpu().tolist()
+            for i in range(reads):
+                per[i][name] = (masses[i * depths : (i + 1) * depths], kl[i])
+        out += per
     return out
 
 
-def depth_rows(lm, model_name: str, reads, results) -> list[dict]:
-    """depth.parquet rows of the reads whose results carry residuals (rollout 0 of first-token reads)."""
+def depth_rows(lm, model_name: str, reads, results, lens=None) -> list[dict]:
+    """depth.parquet rows of the reads whose results carry residuals (rollout 0 of first-token reads), through
+    the logit lens and, given a tuned lens (engine.tuned_lens.TunedLens), through it too."""
     picked = [(rd, res) for rd, res in zip(reads, results) if res.residuals is not None and rd.cell in DEPTH_CELLS]
     if not picked:
         return []
-    per_read = lens_masses(lm.model, [res.residuals for _, res in picked],
-                           [lm.letters(rd.rendered.letters) for rd, _ in picked])
+    per_read = lens_reads(lm.model, [res.residuals for _, res in picked],
+                          [lm.letters(rd.rendered.letters) for rd, _ in picked], lens)
     rows = []
-    (lens,) = LENSES
-    for (rd, _), masses in zip(picked, per_read):
+    for (rd, _), by_lens in zip(picked, per_read):
         key = _key_row(model_name, rd)
-        for layer, m in enumerate(masses):
-            rows.append(dict(**key, readout=rd.spec.name, frame=rd.frame, layer=layer, n_layers=len(masses) - 1,
-                             lens=lens, mass=list(m.mass), letter_mass=m.letter_mass,
-                             p_violating=p_violating(m.mass, key["letters"], key["violating_letter"])))
+        for name, (masses, kl) in by_lens.items():
+            for layer, (m, k) in enumerate(zip(masses, kl)):
+                rows.append(dict(**key, readout=rd.spec.name, frame=rd.frame, layer=layer, n_layers=len(masses) - 1,
+                                 lens=name, mass=list(m.mass), letter_mass=m.letter_mass,
+                                 p_violating=p_violating(m.mass, key["letters"], key["violating_letter"]), kl_final=k))
     return rows
 
 

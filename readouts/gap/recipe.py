@@ -149,12 +149,14 @@ class GapRunner:
     """Computes the probe rows and scenario rows of a chunk of scenarios on one loaded model."""
 
     def __init__(self, lm, profile: GapProfile, groups, seed: int, sample: bool, panel_name: str, model_name: str,
-                 progress=None, token_budget=None, depth: bool = False):
+                 progress=None, token_budget=None, depth: bool = False, lens=None):
         self.lm, self.profile, self.groups, self.seed, self.sample = lm, profile, groups, seed, sample
         self.panel_name, self.model_name, self.progress = panel_name, model_name, progress
         self.token_budget = token_budget
         self.depth = depth
         """Also read depth.parquet and patching.parquet (readouts/gap/depth.py)."""
+        self.lens = lens
+        """A tuned lens (engine.tuned_lens.TunedLens) the depth rows are also read through, or None."""
         self.tok = lm.tokenizer
         self.stop = stop_token_ids(self.tok, lm.model)
         self.timings: dict[str, float] = {}
@@ -184,7 +186,7 @@ class GapRunner:
             stage_rows, results = self._score(stage_reads, residuals=self.depth and specs[0].read == FIRST_TOKEN)
             rows += stage_rows
             if self.depth and specs[0].read == FIRST_TOKEN:
-                deep += depth_rows(self.lm, self.model_name, stage_reads, results)
+                deep += depth_rows(self.lm, self.model_name, stage_reads, results, self.lens)
                 if specs[0].name == "D":
                     patched += patch_rows(self, scenarios, stage_reads, results)
             self._known = {}

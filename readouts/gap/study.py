@@ -53,6 +53,8 @@ class GapStudy:
     """`--readouts`: a subset of the groups (twins always ride along)."""
     sample: bool = False
     """Draw seeded rollouts for first-token readouts instead of exact probabilities."""
+    lens: str | None = None
+    """`--lens`: a tuned-lens file (`readout lens train`) the depth tables are also read through."""
     kind: str = "judgment-action"
     tables: tuple[str, ...] = (PROBES.name, SCENARIOS.name)
     panel_kind: str = "gap"
@@ -69,6 +71,9 @@ class GapStudy:
     def __post_init__(self):
         if wants_depth(self.readouts):
             self.tables = (*self.tables, DEPTH.name, PATCHING.name)
+        elif self.lens is not None:
+            raise ReadoutError("--lens: reads the depth tables; add depth to --readouts (e.g. --readouts D,J0,depth)")
+        self._tuned = None
 
     @property
     def profiles(self):
@@ -87,13 +92,20 @@ class GapStudy:
             return self._prepare_served(lm, records, profile)
         self.groups = parse_readouts(self.readouts, lm.facts.chat_template_sha256 is not None)
         letters = lm.letters("ABCDE"[: max(len(s.options) for s in records)])
-        return {"letters": letters, "readouts": list(self.groups), "sample": self.sample}
+        extra = {}
+        if self.lens is not None:
+            from readouts.lens import load_for_run
+
+            self._tuned, extra["tuned_lens"] = load_for_run(self.lens, lm)
+        return {"letters": letters, "readouts": list(self.groups), "sample": self.sample, **extra}
 
     def _prepare_served(self, lm, records, profile) -> dict:
         """A served chat model: the chat groups only, exact first-token probabilities (no --sample)."""
         from engine.served import READ_FORMS
         from readouts.gap.served import SERVED_GROUPS
 
+        if self.lens is not None:
+            raise ReadoutError("--lens: a served model exposes no residual stream to read through a lens")
         if self.sample:
             raise ReadoutError("--sample: not available on a served model (its first-token readouts are read from top-k logprobs)")
         chosen = parse_readouts(self.readouts, True) if self.readouts else SERVED_GROUPS
@@ -142,7 +154,7 @@ class GapStudy:
             return ServedGapRunner(lm, profile, self.groups, seed, self.panel_name, options.model.model, progress=bar)
         return GapRunner(lm, profile, self.groups, seed, self.sample, self.panel_name,
                          options.model.model, progress=bar, token_budget=options.model.token_budget,
-                         depth=wants_depth(self.readouts))
+                         depth=wants_depth(self.readouts), lens=self._tuned)
 
     def summary(self, tables) -> list[str]:
         note = not_paper_note(self.profile, PROFILES["paper"], PAPER_FIELDS) if self.profile is not None else None

@@ -86,9 +86,3 @@ def load_vector_file(path: str, model) -> torch.Tensor:
     if not np.isfinite(a).all():
         raise ReadoutError(f"{path}: values: not all finite")
     return torch.tensor(np.array(a), dtype=torch.float32)
-
-
-def file_sha256(path: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

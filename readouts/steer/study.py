@@ -24,7 +24,8 @@ from engine.steering import POSITIONS, Steering, score_steered, token_loss
 from readouts.gap.profile import PROFILES
 from readouts.gap.recipe import GapRunner, reads_per_scenario
 from readouts.gap.study import GapStudy
-from readouts.steer.directions import contrast_direction, file_sha256, load_vector_file, random_direction
+from readouts.manifest import file_sha256
+from readouts.steer.directions import contrast_direction, load_vector_file, random_direction
 from readouts.steer.split import split_records
 
 CAPABILITY_TEXT = Path(__file__).parent / "data" / "capability.txt"

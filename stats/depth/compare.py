@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from contract.names import PATCH_SOURCES
-from contract.tables import DEPTH, PATCHING
+from contract.tables import DEPTH, DEPTH_ADDED, PATCHING
 from stats.core.figures import NULL, colormap, legend_of_drawn, new_figure, save
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
@@ -38,7 +38,7 @@ def depth_curves(run_dirs, roles: dict | None = None, seed: int = 0, n_boot: int
     rows = []
     for path in map(Path, run_dirs):
         label = run_label(path, roles or {})
-        est = depth_estimates(read_table(path / DEPTH.file, DEPTH), rng_for(seed, "depth", "layers"), n_boot)
+        est = depth_estimates(read_table(path / DEPTH.file, DEPTH, optional=DEPTH_ADDED), rng_for(seed, "depth", "layers"), n_boot)
         for r in est[est.quantity == "E"].itertuples():
             rows.append(dict(run=label, path=str(path), curve="E", layer=r.layer, value=r.value, low=r.low, high=r.high, n=r.n))
         if (path / PATCHING.file).is_file():

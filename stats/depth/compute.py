@@ -79,9 +79,9 @@ def paired_columns(depth: pd.DataFrame, lens: str = LENSES[0]) -> tuple[np.ndarr
     return np.array(layers, dtype=int), ids, values
 
 
-def depth_estimates(depth: pd.DataFrame, rng: np.random.Generator, n_boot: int) -> pd.DataFrame:
-    """depth_layers.csv: one row per layer x quantity (QUANTITIES): value, 95% CI, SE, n scenarios."""
-    layers, ids, values = paired_columns(depth)
+def depth_estimates(depth: pd.DataFrame, rng: np.random.Generator, n_boot: int, lens: str = LENSES[0]) -> pd.DataFrame:
+    """depth_layers.csv: one row per layer x quantity (QUANTITIES) through `lens`: value, 95% CI, SE, n scenarios."""
+    layers, ids, values = paired_columns(depth, lens)
     rows = []
     if not ids:
         return pd.DataFrame(columns=["layer", "quantity", "value", "low", "high", "se", "n"])
@@ -92,6 +92,25 @@ def depth_estimates(depth: pd.DataFrame, rng: np.random.Generator, n_boot: int) 
             k = qi * n_layers + li
             rows.append(dict(layer=int(layer), quantity=name, value=value[k], low=low[k], high=high[k], se=se[k], n=s))
     return pd.DataFrame(rows)
+
+
+def lenses_read(depth: pd.DataFrame) -> list[str]:
+    """The lenses a depth table holds, in contract.names.LENSES order."""
+    present = set(depth.lens)
+    return [name for name in LENSES if name in present]
+
+
+def lens_kl(depth: pd.DataFrame) -> pd.DataFrame:
+    """depth_lens_kl.csv: per lens and layer, KL(final || lens) in nats over the run's depth reads (each probe's
+    full-vocabulary distribution at that depth from its own last depth's): mean, median, 90th percentile, n reads.
+    Empty for a table without the kl_final column (depth runs before it)."""
+    cols = ["lens", "layer", "mean", "median", "p90", "n"]
+    if "kl_final" not in depth.columns or depth.kl_final.isna().all():
+        return pd.DataFrame(columns=cols)
+    g = depth.dropna(subset=["kl_final"]).groupby(["lens", "layer"]).kl_final
+    out = pd.DataFrame({"mean": g.mean(), "median": g.median(), "p90": g.quantile(0.9), "n": g.size()}).reset_index()
+    out["lens"] = pd.Categorical(out.lens, [x for x in LENSES if x in set(out.lens)], ordered=True)
+    return out.sort_values(["lens", "layer"]).astype({"lens": str})[cols].reset_index(drop=True)
 
 
 def _percentile_bounds(means: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:

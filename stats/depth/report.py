@@ -1,5 +1,6 @@
-"""`readout stats` on a depth run: depth_layers.csv/.md, depth_departure.md, depth_closure.csv/.md, and the
-figures depth_excess.png (E by layer with its band, p_D and p_J0 beside it) and depth_closure.png."""
+"""`readout stats` on a depth run: depth_layers.csv/.md, depth_departure.md, depth_closure.csv/.md,
+depth_lens_kl.csv/.md, and the figures depth_excess.png (E by layer with its band, per lens; p_D and p_J0 beside
+it), depth_closure.png and depth_lens_kl.png (each lens's KL to the final layer by layer)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,25 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from contract.names import PATCH_SOURCES
-from contract.tables import DEPTH, PATCHING
+from contract.names import LENSES, PATCH_SOURCES
+from contract.tables import DEPTH, DEPTH_ADDED, PATCHING
 from stats.core.figures import BAND, MEASURE, NULL, legend_of_drawn, new_figure, save
 from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
-from stats.depth.compute import Departure, closure_estimates, departure, depth_estimates, paired_columns
+from stats.depth.compute import Departure, closure_estimates, departure, depth_estimates, lens_kl, lenses_read, paired_columns
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
 
 DEFINITIONS = (
     "E(l): the paired excess (p_D - p_J0) primary - twin at layer l, each read through the logit lens (final norm, "
     "then the head in fp32), on scenarios read in both cells; the departure layer is the first layer from which E's 95% "
-    "CI excludes 0 at every later layer. Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
+    "CI excludes 0 at every later layer; a tuned lens (engine/tuned_lens.py) reads the same streams through a trained "
+    "affine translator per layer first. KL: the lens's full-vocabulary distribution at l from the model's own (nats). "
+    "Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
     "replacing the agent's read-position residual after layer l closes, a ratio of means over scenarios. "
     "Definitions: docs/depth.md (this project's extension; neither paper reads below the last layer).")
 SOURCE_COLOURS = dict(zip(PATCH_SOURCES, (MEASURE, BAND, NULL)))
+LENS_COLOURS = dict(zip(LENSES, (MEASURE, BAND)))
 
 
 def is_depth_run(run_dir) -> bool:
@@ -32,16 +36,23 @@ def is_depth_run(run_dir) -> bool:
 
 
 def analyze_depth(run_dir, seed: int = 0, n_boot: int = 10_000, n_outer: int = 1000, n_inner: int = 400):
-    """(per-layer estimates, departure, closure estimates) of a run directory holding depth.parquet."""
+    """(per-layer estimates of every lens read (a `lens` column), departure per lens, closure estimates, lens KL)
+    of a run directory holding depth.parquet."""
     run_dir = Path(run_dir)
-    depth = read_table(run_dir / DEPTH.file, DEPTH)
-    layers = depth_estimates(depth, rng_for(seed, "depth", "layers"), n_boot)
-    ids_layers, ids, values = paired_columns(depth)
-    dep = departure(values[:, 3, :], ids_layers, layers, rng_for(seed, "depth", "departure"), n_outer, n_inner)
+    depth = read_table(run_dir / DEPTH.file, DEPTH, optional=DEPTH_ADDED)
+    parts, deps = [], {}
+    for lens in lenses_read(depth):
+        named = () if lens == LENSES[0] else (lens,)  # the logit lens keeps the streams it had before tuned lenses
+        layers = depth_estimates(depth, rng_for(seed, "depth", "layers", *named), n_boot, lens)
+        ids_layers, ids, values = paired_columns(depth, lens)
+        deps[lens] = departure(values[:, 3, :], ids_layers, layers, rng_for(seed, "depth", "departure", *named), n_outer, n_inner)
+        parts.append(layers.assign(lens=lens))
+    layers = pd.concat(parts, ignore_index=True) if parts else depth_estimates(depth.iloc[:0], None, n_boot).assign(lens=[])
+    layers = layers[["lens", *[c for c in layers.columns if c != "lens"]]]
     patch_path = run_dir / PATCHING.file
     patching = read_table(patch_path, PATCHING) if patch_path.is_file() else None
     closure = closure_estimates(patching, rng_for(seed, "depth", "closure"), n_boot) if patching is not None and len(patching) else None
-    return layers, dep, closure
+    return layers, deps, closure, lens_kl(depth)
 
 
 def departure_text(dep: Departure) -> str:
@@ -56,18 +67,22 @@ def departure_text(dep: Departure) -> str:
     return where
 
 
-def excess_figure(layers: pd.DataFrame, dep: Departure, path: Path) -> Path:
+def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
     fig, (ax_e, ax_p) = new_figure(9.5, 3.6, 2)
-    for ax, names in ((ax_e, ("E",)), (ax_p, ("p_D", "p_J0"))):
-        for name, colour in zip(names, (MEASURE, BAND)):
-            d = layers[layers.quantity == name].sort_values("layer")
-            ax.plot(d.layer, d.value, color=colour, marker="o", ms=3, label=name)
-            ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
-        ax.set_xlabel("layer (0: embeddings; logit lens)")
+    lenses = [x for x in LENSES if x in set(layers.lens)]
+    curves = [(ax_e, "E", lens, LENS_COLOURS[lens], "E" + ("" if lens == LENSES[0] else f" ({lens} lens)")) for lens in lenses]
+    curves += [(ax_p, name, LENSES[0], colour, name) for name, colour in zip(("p_D", "p_J0"), (MEASURE, BAND))]
+    for ax, name, lens, colour, label in curves:
+        d = layers[(layers.quantity == name) & (layers.lens == lens)].sort_values("layer")
+        ax.plot(d.layer, d.value, color=colour, marker="o", ms=3, label=label)
+        ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
+    for ax in (ax_e, ax_p):
+        ax.set_xlabel("layer (0: embeddings; logit lens)" if ax is ax_p or len(lenses) == 1 else "layer (0: embeddings)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_e.axhline(0, color=NULL, lw=0.8)
-    if dep.layer is not None:
-        ax_e.axvline(dep.layer, color=BAND, ls="--", lw=1, label=f"departure ({dep.layer})")
+    dep = deps.get(LENSES[0])
+    if dep is not None and dep.layer is not None:
+        ax_e.axvline(dep.layer, color=BAND, ls="--", lw=1, label=f"departure ({dep.layer}, logit lens)")
     n = int(layers.n.iloc[0]) if len(layers) else 0
     ax_e.set_title(f"paired excess E by layer, 95% CI ({n} scenarios)", fontsize=9)
     ax_e.set_ylabel("E = (p_D - p_J0) primary - twin")
@@ -76,6 +91,22 @@ def excess_figure(layers: pd.DataFrame, dep: Departure, path: Path) -> Path:
     ax_p.set_ylim(-0.02, 1.02)
     for ax in (ax_e, ax_p):
         legend_of_drawn(ax, [ax], fontsize=7, frameon=False)
+    return save(fig, path)
+
+
+def lens_kl_figure(kl: pd.DataFrame, path: Path) -> Path:
+    fig, (ax,) = new_figure(5.5, 3.6)
+    for lens in (x for x in LENSES if x in set(kl.lens)):
+        d = kl[(kl.lens == lens) & (kl.layer < kl.layer.max())].sort_values("layer")  # the last layer's KL is 0
+        ax.plot(d.layer, d["mean"], color=LENS_COLOURS[lens], marker="o", ms=3, label=f"{lens} lens, mean")
+        ax.plot(d.layer, d.p90, color=LENS_COLOURS[lens], ls=":", lw=1, label=f"{lens} lens, 90th percentile")
+    ax.set_yscale("log")
+    n = int(kl.n.iloc[0]) if len(kl) else 0
+    ax.set_title(f"KL(final || lens) at the read positions ({n} reads)", fontsize=9)
+    ax.set_xlabel("layer (0: embeddings)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("nats")
+    legend_of_drawn(ax, [ax], fontsize=7, frameon=False)
     return save(fig, path)
 
 
@@ -100,17 +131,20 @@ def closure_figure(closure: pd.DataFrame, path: Path) -> Path:
 
 def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000) -> list[str]:
     """Write the depth tables and figures of one run into `out_dir` (default RUN_DIR/stats); the summary lines."""
-    layers, dep, closure = analyze_depth(run_dir, seed, n_boot)
+    layers, deps, closure, kl = analyze_depth(run_dir, seed, n_boot)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "stats"
     out.mkdir(parents=True, exist_ok=True)
     for name in DEPTH_OUTPUTS:
         (out / name).unlink(missing_ok=True)
     written = []
-    write_table(layers, out, "depth_layers", "Through depth: p_D, p_J0, g (primary) and E by layer (logit lens)")
+    lenses = ", ".join(f"{x} lens" for x in deps) or "logit lens"
+    write_table(layers, out, "depth_layers", f"Through depth: p_D, p_J0, g (primary) and E by layer ({lenses})")
     written.append("depth_layers.csv")
-    lines = [f"depth: {departure_text(dep)}"]
+    lines = [f"depth{'' if lens == LENSES[0] else f' ({lens} lens)'}: {departure_text(dep)}" for lens, dep in deps.items()]
+    if not deps:
+        lines.append(f"depth: {departure_text(Departure(None, float('nan'), float('nan'), float('nan'), 0, 0))}")
     if len(layers):
-        excess_figure(layers, dep, out / DEPTH_FIGURES[0])
+        excess_figure(layers, deps, out / DEPTH_FIGURES[0])
         written.append(DEPTH_FIGURES[0])
     if closure is not None and len(closure):
         write_table(closure, out, "depth_closure", "Patch closure by layer and source")
@@ -122,9 +156,14 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
             top = best.loc[best.closure.idxmax()]
             lines.append(f"depth: below the last layer the judge patch closes at most {top.closure:.3f} "
                          f"[{top.low:.3f}, {top.high:.3f}] of p_D - p_J0 (mean {top.gap:.3f}), at layer {int(top.layer)}")
+    if len(kl):
+        write_table(kl, out, "depth_lens_kl", "KL(final || lens) in nats at the read positions, by lens and layer")
+        lens_kl_figure(kl, out / DEPTH_FIGURES[2])
+        written += ["depth_lens_kl.csv", DEPTH_FIGURES[2]]
+        below = kl[kl.layer < kl.layer.max()].groupby("lens")["mean"].mean()
+        lines.append("depth: mean KL(final || lens) over the layers below the last: "
+                     + ", ".join(f"{lens} lens {below[lens]:.3f} nats" for lens in LENSES if lens in below.index))
     body = "\n".join(f"- {line.removeprefix('depth: ')}" for line in lines) + "\n\n" + DEFINITIONS
-    (out / DEPTH_MARKDOWN).write_text(md_section("Through depth (logit lens)", body))
+    (out / DEPTH_MARKDOWN).write_text(md_section(f"Through depth ({lenses})", body))
     lines.append(f"depth: wrote {', '.join([*written, DEPTH_MARKDOWN])} to {out}")
     return lines
-
-

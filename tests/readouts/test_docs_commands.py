@@ -108,6 +108,9 @@ NSI_RUN = ".venv/bin/readout nsi --model smollm2-135m --profile quick"
 SWEEP = ".venv/bin/readout sweep -m ckpts/step-1000 -m ckpts/step-2000 -m ckpts/step-3000 --lineage mine --out sweeps/mine --set orders.D=8 --seed 1"
 COMPARE = ".venv/bin/readout compare runs/olmo-3-7b-sft/... runs/olmo-3-7b-dpo/... runs/olmo-3-7b/... --out runs/compare"
 DEPTH_RUN = "readout run --model smollm2-135m --profile quick --readouts D,J0,depth --out runs/depth-demo"
+LENS_TRAIN = "readout lens train --model smollm2-135m --out runs/lens-smollm2.safetensors"
+LENS_RUN = ("readout run --model smollm2-135m --profile quick --readouts D,J0,depth --lens runs/lens-smollm2.safetensors "
+            "--out runs/depth-tuned")
 EXPORT = ".venv/bin/readout nsi-export RUN_DIR [RUN_DIR...] --out DIR --n 198 --stratify framing,model --allocation paper"
 SYNTHETIC = "synthetic-nsi"
 """A synthetic NSI run (stats/nsi/synth.py): a tiny model's replies are not JSON, so a tiny run has no parsed reply
@@ -138,6 +141,12 @@ RUN = {
         "fewer resamples", add=BOOT,
         needs=(DEPTH_RUN,),
         expect=("runs/depth-demo/stats",)),
+    LENS_TRAIN: Run("two steps on two scenarios, one held out", add="--steps 2 --scenarios 2 --held-out 1 --no-progress",
+                    expect=("runs/lens-smollm2.safetensors",)),
+    LENS_RUN: Run("one scenario, two orders", add="--limit 1 --set orders.D=2 --set orders.J0=1 --no-progress",
+                  needs=(LENS_TRAIN,), expect=("runs/depth-tuned/depth.parquet",)),
+    "readout stats runs/depth-tuned": Run("fewer resamples", add=BOOT, needs=(LENS_RUN,),
+                                          expect=("runs/depth-tuned/stats/depth_lens_kl.csv",)),
     GAP_RUN: Run("the optional parts left out: the same run as `make readout`, given again, resumes a finished run",
                  add=SMALL, needs=("make readout",), expect=(f"{GAP}/probes.parquet",)),
     ".venv/bin/readout run --model smollm2-135m --set orders.D=8 --set j_budget=64 --limit 5 --out runs/my-settings": Run(

@@ -32,7 +32,7 @@ def planted_depth(n=40, start=5, effect=0.3, noise=0.02, seed=0, orders=2, drop_
                         rows.append(dict(model="m", scenario_id=f"s{s:02d}", family="F1", cell=cell, order_index=k,
                                          order="a,b", letters="AB", violating_letter="A", readout=readout, frame=frame,
                                          layer=layer, n_layers=LAYERS, lens="logit", mass=[p, 1 - p], letter_mass=1.0,
-                                         p_violating=p))
+                                         p_violating=p, kl_final=float("nan")))
     return DEPTH.frame(rows)
 
 
