@@ -58,8 +58,15 @@ def final_norm(model) -> torch.nn.Module:
 
 def lens_logits(model, residuals: torch.Tensor) -> torch.Tensor:
     """The logit lens: residual streams [..., hidden] through the model's final norm (in the model's dtype, as
-    its own forward applies it) and then its head in fp32; fp32 logits [..., vocab]."""
-    from engine.scoring import head_fp32
+    its own forward applies it) and then its head in fp32; fp32 logits [..., vocab]. A model that changes its
+    head's logits (soft-capping, a logit scale) is refused: the lens would not read the model's own head."""
+    from engine.errors import ReadoutError
+    from engine.scoring import head_fp32, head_scaling
+
+    scaling = head_scaling(model.config)
+    if scaling is not None:
+        raise ReadoutError(f"depth: {model.config.model_type} sets {scaling}={getattr(model.config, scaling)!r}: a lens's "
+                           "norm and head would not be the model's own head (not supported)")
 
     weight, bias = head_fp32(model)
     norm = final_norm(model)

@@ -110,10 +110,15 @@ def letter_masses(
     return out
 
 
+def head_scaling(cfg) -> str | None:
+    """The config field by which a model changes its head's logits (soft-capping, a logit scale), or None: with
+    None the logits are the final norm's output times the head's weight (plus bias)."""
+    return next((a for a in ("final_logit_softcapping", "logit_scale") if getattr(cfg, a, None) not in (None, 1.0)), None)
+
+
 def _plain_head(model) -> bool:
     cfg = model.config
-    scaled = any(getattr(cfg, a, None) not in (None, 1.0) for a in ("final_logit_softcapping", "logit_scale"))
-    return cfg.model_type in PLAIN_HEAD_MODEL_TYPES and not scaled and hasattr(model, "base_model")
+    return cfg.model_type in PLAIN_HEAD_MODEL_TYPES and head_scaling(cfg) is None and hasattr(model, "base_model")
 
 
 def _read_logits(model, input_ids, attention_mask, position_ids, cache, read_idx) -> torch.Tensor:

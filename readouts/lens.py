@@ -60,7 +60,7 @@ def lens_model_meta(lm) -> dict:
     f = lm.facts
     return {"name": f.name, "hf_id": f.hf_id, "revision": f.revision,
             "weights_fingerprint": getattr(f, "weights_fingerprint", None) if f.source == "local" else None,
-            "adapter": (f.adapter or {}).get("fingerprint")}
+            "adapter": (f.adapter or {}).get("weights_fingerprint")}
 
 
 def train_lens_for(lm, panel, settings: LensSettings, progress=None):

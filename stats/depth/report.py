@@ -70,7 +70,7 @@ def departure_text(dep: Departure) -> str:
 def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
     fig, (ax_e, ax_p) = new_figure(9.5, 3.6, 2)
     lenses = [x for x in LENSES if x in set(layers.lens)]
-    curves = [(ax_e, "E", lens, LENS_COLOURS[lens], "E" + ("" if lens == LENSES[0] else f" ({lens} lens)")) for lens in lenses]
+    curves = [(ax_e, "E", lens, LENS_COLOURS[lens], "E" + ("" if lenses == [LENSES[0]] else f" ({lens} lens)")) for lens in lenses]
     curves += [(ax_p, name, LENSES[0], colour, name) for name, colour in zip(("p_D", "p_J0"), (MEASURE, BAND))]
     for ax, name, lens, colour, label in curves:
         d = layers[(layers.quantity == name) & (layers.lens == lens)].sort_values("layer")
@@ -82,7 +82,8 @@ def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
     ax_e.axhline(0, color=NULL, lw=0.8)
     dep = deps.get(LENSES[0])
     if dep is not None and dep.layer is not None:
-        ax_e.axvline(dep.layer, color=BAND, ls="--", lw=1, label=f"departure ({dep.layer}, logit lens)")
+        ax_e.axvline(dep.layer, color=NULL if len(lenses) > 1 else BAND, ls="--", lw=1,
+                     label=f"departure ({dep.layer}" + (", logit lens)" if len(lenses) > 1 else ")"))
     n = int(layers.n.iloc[0]) if len(layers) else 0
     ax_e.set_title(f"paired excess E by layer, 95% CI ({n} scenarios)", fontsize=9)
     ax_e.set_ylabel("E = (p_D - p_J0) primary - twin")

@@ -121,3 +121,13 @@ def test_a_lens_file_round_trips_and_refuses_another_model(tmp_path):
     with pytest.raises(ReadoutError, match="missing.safetensors: no such file"):
         TunedLens.load(tmp_path / "missing.safetensors")
     assert n_depths(model) == lens.layers + 1
+
+
+def test_a_model_that_scales_its_logits_is_refused_by_the_lens(monkeypatch):
+    from engine.residuals import lens_logits
+
+    model = get_model("tiny-llama3").model
+    streams = capture_streams(model, SEQS[:1])
+    monkeypatch.setattr(model.config, "final_logit_softcapping", 30.0, raising=False)
+    with pytest.raises(ReadoutError, match="sets final_logit_softcapping=30.0: a lens's norm and head would not be"):
+        lens_logits(model, streams)

@@ -17,6 +17,7 @@ from contract.tables import DEPTH
 from readouts.cli import main
 from stats.depth.report import run_depth_report
 from tests.conftest import get_model
+from tests.engine.test_peft_adapter import adapter  # noqa: F401 (a fixture)
 from tests.readouts.test_depth_run import DEPTH_PROFILE, FRAME_OF, _ids, _letter_mass, _states
 
 MODEL = "tiny-llama3"
@@ -120,6 +121,21 @@ def test_lens_errors_are_one_line(lens_file, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     code, out, _ = _cli(["lens", "show", str(lens_file)], capsys)
     assert code == 0 and "held-out KL(final || lens)" in out
+
+
+def test_a_base_models_lens_is_refused_with_an_adapter_merged(lens_file, adapter, tmp_path, capsys):  # noqa: F811
+    from engine.loading import load_model
+    from engine.tuned_lens import TunedLens
+    from readouts.lens import lens_model_meta
+
+    folder, _ = adapter
+    merged = load_model(MODEL, device="cpu", adapter=str(folder))
+    fingerprint = lens_model_meta(merged)["adapter"]
+    assert fingerprint and fingerprint == merged.facts.adapter["weights_fingerprint"]
+    assert TunedLens.load(lens_file).meta["model"]["adapter"] is None
+    code, _, err = _cli(["run", "--model", MODEL, "--peft", str(folder), "--readouts", "D,depth", "--lens", str(lens_file),
+                         "--limit", "1", "--out", str(tmp_path / "c"), "--no-progress"], capsys)
+    assert code == 2 and f"model.adapter is None, this run's is '{fingerprint}'" in err
 
 
 def test_a_smollm2_lens_beats_the_logit_lens_on_held_out_scenarios(tmp_path, capsys):
