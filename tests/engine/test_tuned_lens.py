@@ -131,3 +131,20 @@ def test_a_model_that_scales_its_logits_is_refused_by_the_lens(monkeypatch):
     monkeypatch.setattr(model.config, "final_logit_softcapping", 30.0, raising=False)
     with pytest.raises(ReadoutError, match="sets final_logit_softcapping=30.0: a lens's norm and head would not be"):
         lens_logits(model, streams)
+
+
+def test_the_training_loss_is_the_forward_kl_summed_over_depths():
+    """At step 0 (translators at zero) the loss is the logit lens's KL(final || lens) summed over depths 0..L-1 and
+    averaged over the step's positions (the generator's first draw); the reverse KL gives another number."""
+    model = get_model("tiny-qwen2").model
+    streams = capture_streams(model, SEQS)
+    _, losses = train_lens(model, streams, steps=1, batch=4, seed=5)
+    idx = torch.randint(0, streams.shape[0], (4,), generator=torch.Generator().manual_seed(5))
+    h = streams[idx].double().numpy()
+    final = _head_np(model, h[:, -1])
+    forward = np.mean([sum(rel_entr(np.exp(final[i]), np.exp(_head_np(model, h[i, d]))).sum()
+                           for d in range(h.shape[1] - 1)) for i in range(4)])
+    reverse = np.mean([sum(rel_entr(np.exp(_head_np(model, h[i, d])), np.exp(final[i])).sum()
+                           for d in range(h.shape[1] - 1)) for i in range(4)])
+    assert losses[0] == pytest.approx(forward, rel=1e-4)
+    assert abs(forward - reverse) > 1e-2 * forward
