@@ -120,13 +120,6 @@ def capture_streams(model, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _head(model):
-    from engine.scoring import head_fp32
-
-    weight, bias = head_fp32(model)
-    return weight.detach().cpu().float(), None if bias is None else bias.detach().cpu().float()
-
-
 def kl_to_final(model, streams: torch.Tensor, lens: TunedLens | None = None, chunk: int = 8) -> torch.Tensor:
     """KL(p_L || q_d) in nats at every depth d of each position ([positions, depths] fp64): p_L the model's own
     distribution (the logit lens at depth L), q_d the logit lens (lens None) or the tuned lens at depth d."""
@@ -154,25 +147,30 @@ def train_lens(model, streams: torch.Tensor, *, steps: int, lr: float = 1e-3, ba
     depths 0..L-1) at every step. The model is not changed."""
     if streams.ndim != 3 or streams.shape[1] != n_depths(model):
         raise ValueError(f"streams of shape {tuple(streams.shape)}: need [positions, {n_depths(model)}, hidden]")
+    from engine.scoring import head_fp32
+
     positions, depths, hidden = streams.shape
-    weight, bias = _head(model)
+    weight, bias = head_fp32(model)
+    weight, bias = weight.detach(), None if bias is None else bias.detach()
+    device = weight.device  # the translators train beside the head; the streams stay on the host
     norm = final_norm(model)
     frozen = [(p, p.requires_grad) for p in norm.parameters()]
     for p, _ in frozen:
         p.requires_grad_(False)
-    delta = torch.zeros(depths - 1, hidden, hidden, requires_grad=True)
-    shift = torch.zeros(depths - 1, hidden, requires_grad=True)
+    delta = torch.zeros(depths - 1, hidden, hidden, device=device, requires_grad=True)
+    shift = torch.zeros(depths - 1, hidden, device=device, requires_grad=True)
     opt = torch.optim.Adam([delta, shift], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     losses = []
     try:
         for step in range(steps):
             idx = torch.randint(0, positions, (min(batch, positions),), generator=gen)
-            h = streams[idx, :-1]  # [b, L, H]
+            h = streams[idx, :-1].to(device)  # [b, L, H]
             moved = h + torch.einsum("bdh,dkh->bdk", h, delta) + shift
             logq = torch.nn.functional.linear(_normed(norm, moved), weight, bias).log_softmax(-1)
             with torch.no_grad():
-                target = torch.nn.functional.linear(_normed(norm, streams[idx, -1]), weight, bias).log_softmax(-1)[:, None, :]
+                last = _normed(norm, streams[idx, -1].to(device))
+                target = torch.nn.functional.linear(last, weight, bias).log_softmax(-1)[:, None, :]
             loss = (target.exp() * (target - logq)).sum(-1).sum(-1).mean()
             opt.zero_grad()
             loss.backward()
@@ -183,4 +181,4 @@ def train_lens(model, streams: torch.Tensor, *, steps: int, lr: float = 1e-3, ba
     finally:
         for p, grad in frozen:
             p.requires_grad_(grad)
-    return TunedLens(delta.detach().clone(), shift.detach().clone()), losses
+    return TunedLens(delta.detach().cpu().clone(), shift.detach().cpu().clone()), losses
