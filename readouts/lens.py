@@ -64,8 +64,8 @@ def lens_model_meta(lm) -> dict:
 
 
 def train_lens_for(lm, panel, settings: LensSettings, progress=None):
-    """(lens, held-out KL per depth of the logit lens, of the tuned lens): streams captured from the panel's
-    training scenarios, the lens trained on them, both lenses measured on the held-out ones."""
+    """The lens trained on streams captured from the panel's training scenarios; its `meta` records the model, the
+    split, the settings, the loss per step and both lenses' KL per depth on the held-out scenarios."""
     from engine.tuned_lens import capture_streams, kl_to_final, train_lens
 
     train, held = split_scenarios(panel.records, settings.seed, settings.max_train_scenarios)
