@@ -61,7 +61,7 @@ def lens_logits(model, residuals: torch.Tensor) -> torch.Tensor:
     its own forward applies it) and then its head in fp32; fp32 logits [..., vocab]. A model that changes its
     head's logits (soft-capping, a logit scale) is refused: the lens would not read the model's own head."""
     from engine.errors import ReadoutError
-    from engine.scoring import head_fp32, head_scaling
+    from engine.head import head_fp32, head_scaling
 
     scaling = head_scaling(model.config)
     if scaling is not None:

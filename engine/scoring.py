@@ -18,6 +18,7 @@ import torch
 
 from engine.batching import cache_token_limit, default_bounds, halving_on_oom, pad_rows, spread_over_devices, token_batches
 from engine.errors import ProbeInputError
+from engine.head import head_fp32, head_scaling
 from engine.letters import LetterTokens
 from engine.planner import PrefixGroup, by_known_prefix, chain, node_start, plan_prefix_groups, representatives, waves
 from engine.render import Prompt, encode_prompt
@@ -110,12 +111,6 @@ def letter_masses(
     return out
 
 
-def head_scaling(cfg) -> str | None:
-    """The config field by which a model changes its head's logits (soft-capping, a logit scale), or None: with
-    None the logits are the final norm's output times the head's weight (plus bias)."""
-    return next((a for a in ("final_logit_softcapping", "logit_scale") if getattr(cfg, a, None) not in (None, 1.0)), None)
-
-
 def _plain_head(model) -> bool:
     cfg = model.config
     return cfg.model_type in PLAIN_HEAD_MODEL_TYPES and head_scaling(cfg) is None and hasattr(model, "base_model")
@@ -147,24 +142,6 @@ HEAD_FP32_TOLERANCE = 0.02
 letter's normalized option mass stays within this of the fp32 model's (tests/engine/test_bf16_head.py; the
 issue's measurement on the embedded model: mean 0.007, max 0.025 with 40 prompts, against mean 0.017, max
 0.051 with the head in bf16)."""
-
-
-def head_fp32(model) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The output head's weight (and bias) in fp32, for reading letters at full precision from a bf16/fp16
-    model: logits of 16-32 have a bf16 step of 0.125, enough to move a letter's probability by several percent.
-    An fp32 model's own weight is returned as is; otherwise one fp32 copy is kept per model, rebuilt if the
-    head's weight changes (another tensor, or written in place)."""
-    head = model.get_output_embeddings()
-    weight, bias = head.weight, getattr(head, "bias", None)
-    if weight.dtype == torch.float32:
-        return weight, bias
-    key = (weight.data_ptr(), weight._version, str(weight.device))
-    cached = getattr(model, "_readout_head_fp32", None)
-    if cached is None or cached[0] != key:
-        with torch.no_grad():
-            cached = (key, weight.float(), None if bias is None else bias.float())
-        model._readout_head_fp32 = cached
-    return cached[1], cached[2]
 
 
 def plain_next_token_logits(model, ids: Sequence[int]) -> torch.Tensor:

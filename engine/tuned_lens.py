@@ -147,7 +147,7 @@ def train_lens(model, streams: torch.Tensor, *, steps: int, lr: float = 1e-3, ba
     depths 0..L-1) at every step. The model is not changed."""
     if streams.ndim != 3 or streams.shape[1] != n_depths(model):
         raise ValueError(f"streams of shape {tuple(streams.shape)}: need [positions, {n_depths(model)}, hidden]")
-    from engine.scoring import head_fp32
+    from engine.head import head_fp32
 
     positions, depths, hidden = streams.shape
     weight, bias = head_fp32(model)

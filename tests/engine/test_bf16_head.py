@@ -7,8 +7,9 @@ import copy
 
 import torch
 
+from engine.head import head_fp32
 from engine.render import Prompt, encode_prompt
-from engine.scoring import HEAD_FP32_TOLERANCE, head_fp32, letter_masses, score_ids
+from engine.scoring import HEAD_FP32_TOLERANCE, letter_masses, score_ids
 from tests.conftest import get_model
 
 QUESTIONS = [
