@@ -63,6 +63,7 @@ bench:
 	$(PY) bench/gen_bench.py --out bench/results
 	$(PY) bench/plan_bench.py --out bench/results
 	$(PY) bench/plan_8b_bench.py --out bench/results
+	$(PY) bench/window_bench.py --out bench/results
 	$(PY) bench/depth_bench.py --out bench/results
 	$(PY) bench/steer_bench.py --out bench/results
 	$(PY) bench/host_bench.py --out bench/results

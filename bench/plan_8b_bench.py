@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from transformers import AutoConfig  # noqa: E402
 
 from engine.loading import load_tokenizer_config  # noqa: E402
+from readouts.chunks import WINDOW_DEFAULT, windows  # noqa: E402
 from readouts.driver import ModelOptions, RunOptions, _resolve  # noqa: E402
 from readouts.gap.study import GapStudy  # noqa: E402
 from readouts.nsi.study import NsiStudy  # noqa: E402
@@ -34,7 +35,7 @@ _spec.loader.exec_module(gpu_check)
 STUDIES = {"gap-v2": (GapStudy, "gap-v2"), "nsi-14": (NsiStudy, "nsi-14")}
 
 
-def plan(study_name: str, arch: str, gpu: str):
+def plan(study_name: str, arch: str, gpu: str, window: int):
     study_cls, panel = STUDIES[study_name]
     study = study_cls()
     job = _resolve(study, RunOptions(model=ModelOptions("smollm2-135m"), panel=panel, profile="paper", progress=False))
@@ -42,9 +43,9 @@ def plan(study_name: str, arch: str, gpu: str):
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     size = model_size(config)
     tokenizer, _ = load_tokenizer_config("smollm2-135m")
-    stages = study.workload(tokenizer, job.chunks, job.profile, job.seed, gpu_batch_bounds(config, size, gpu))
+    stages = study.workload(tokenizer, windows(job.chunks, window), job.profile, job.seed, gpu_batch_bounds(config, size, gpu))
     header = (f"plan: {arch} architecture (SmolLM2's tokenizer) on {panel}, profile paper, {len(job.records)} records "
-              f"in {len(job.chunks)} chunks of {job.profile.chunk_size}")
+              f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     rows = plan_table(stages, size, gpu)
     return rows, plan_lines(rows, size, gpu, header)
 
@@ -53,19 +54,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--studies", default=",".join(STUDIES), help="comma-separated, of " + ", ".join(STUDIES))
+    ap.add_argument("--windows", default=f"1,{WINDOW_DEFAULT['cuda']}", help="comma-separated --window values "
+                    "(chunks decoded together; 1: every chunk alone, as before windows)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
     md = [f"# plan_8b ({time.strftime('%Y-%m-%d %H:%M:%S')})", "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
     result = {"bench": "plan_8b", "gpu": a.gpu, "plans": []}
+    sections = []
     for study_name in a.studies.split(","):
         for arch in gpu_check.ARCHS:
-            rows, lines = plan(study_name, arch, a.gpu)
-            total = rows[-1]
-            result["plans"].append({"study": study_name, "arch": arch, "total_s": total["total_s"],
-                                    "decode_s": total["decode_s"], "prefill_s": total["prefill_s"],
-                                    "reread_s": total["reread_s"]})
-            md += [f"## {study_name}, {arch}", "", "```", *lines, "```", ""]
-            print("\n".join(lines), "\n")
+            for window in (int(w) for w in a.windows.split(",")):
+                rows, lines = plan(study_name, arch, a.gpu, window)
+                total = rows[-1]
+                result["plans"].append({"study": study_name, "arch": arch, "window": window, "total_s": total["total_s"],
+                                        "decode_s": total["decode_s"], "prefill_s": total["prefill_s"],
+                                        "reread_s": total["reread_s"]})
+                sections += [f"## {study_name}, {arch}, window {window}", "", "```", *lines, "```", ""]
+                print("\n".join(lines), "\n")
+    md += ["| study | architecture | window | decode | re-read | total |", "|---|---|---|---|---|---|"]
+    md += [f"| {p['study']} | {p['arch']} | {p['window']} | {p['decode_s'] / 60:.1f} min | {p['reread_s'] / 60:.1f} min "
+           f"| **{p['total_s'] / 60:.1f} min** |" for p in result["plans"]]
+    md += ["", *sections]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan_8b.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -91,6 +91,7 @@ def generate(
     row_kv=None,
     check_every: int | None = None,
     batches: list | None = None,
+    on_rollouts=None,
 ) -> list[list[Rollout]]:
     """Generate `n` rollouts for each prompt (token ids); returns, per prompt, its rollouts in order.
 
@@ -117,6 +118,9 @@ def generate(
     (engine/steps.py); None: CHECK_EVERY for the device. The rollouts are the same for any value.
     `batches`, if given a list, receives each decoded batch's `batch_shape` (rows, distinct prompt tokens, longest
     budget) in the order decoded (a batch halved on out-of-memory as its halves), as `plan_batches` forms them.
+    `on_rollouts(indices, rollouts)`, if given, is called after each batch with its prompts' indices and their
+    rollouts, before the next batch decodes: the caller can read the batch's rows there, on `row_kv` while it holds
+    them, and `row_kv.release` them, so that the rows' caches hold one batch at a time.
     """
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
@@ -151,6 +155,8 @@ def generate(
             flat = [i for u in batch for i in u]
             for i, rollouts in zip(flat, halving_on_oom(decode, batch, lambda a, b: a + b)):
                 out[i] = rollouts
+            if on_rollouts is not None:
+                on_rollouts(flat, [out[i] for i in flat])
             if on_batch is not None:
                 on_batch(len(flat))
     return out

@@ -51,7 +51,7 @@ class RowCaches(Mapping):
         does not fit under the limit (its reads then re-encode)."""
         if not tokens:
             return False
-        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in own)
+        size = _bytes(own)
         if self.limit_bytes is not None and self.held_bytes + size > self.limit_bytes:
             self.rows_dropped += 1
             return False
@@ -59,6 +59,15 @@ class RowCaches(Mapping):
         self.held_bytes += size
         self.rows_held += 1
         return True
+
+    def release(self, prompts) -> None:
+        """Let go of `prompts`' caches: their whole prompts' and their rows' (which then no longer count against
+        the limit)."""
+        for prompt in map(tuple, prompts):
+            self._whole.pop(prompt, None)
+            for _, own in self._rows.pop(prompt, ()):
+                self.held_bytes -= _bytes(own)
+                self.rows_held -= 1
 
     # -- serving -----------------------------------------------------------------------------------
     def longest_prefix(self, seq) -> int:
@@ -97,6 +106,10 @@ class RowCaches(Mapping):
 
     def __len__(self) -> int:
         return len(self._whole)
+
+
+def _bytes(layers) -> int:
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
 
 
 def _common(a: tuple, b: tuple, most: int) -> int:

@@ -12,6 +12,7 @@ from contract.names import NSI_NULLS
 from contract.options import COUNT, DEFAULT_MASS_FLOOR, DEFAULT_N_BOOT, INDEX, SHARE, TEMPERATURE, TOP_P
 from engine.errors import ReadoutError
 from panels.schema import PanelError
+from readouts.chunks import WINDOW_DEFAULT
 from readouts.gap.profile import PROFILES as GAP_PROFILES
 from readouts.gap.profile import run_name as gap_run_name
 from readouts.nsi.profile import PROFILES as NSI_PROFILES
@@ -123,6 +124,9 @@ def _run_options(default_seed: int | None, profiles, out_help: str, set_help: st
     def wrap(f):
         f = served_options(_model_options(f))
         f = click.option("--progress/--no-progress", default=True)(f)
+        f = click.option("--window", default=None, type=bounded(COUNT), help="chunks decoded together, their decoding "
+                         f"batches gathered across chunks (default {WINDOW_DEFAULT['cuda']} on CUDA, else 1; a crash loses at most one window; "
+                         "a run may resume under another window)")(f)
         f = click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")(f)
         f = click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")(f)
         f = click.option("--seed", default=default_seed, show_default=True, type=bounded(INDEX))(f)
@@ -143,7 +147,7 @@ def _run(study, kwargs, log_panel: str | None):
     options = RunOptions(model=replace(_model(kwargs), served=served), panel=log_panel, profile=kwargs["profile"],
                          overrides=tuple(kwargs["overrides"]), limit=kwargs["limit"], out=kwargs["out"],
                          seed=kwargs["seed"], force=kwargs["force"], progress=kwargs["progress"],
-                         shard=_parse_shard(kwargs["shard"]))
+                         shard=_parse_shard(kwargs["shard"]), window=kwargs["window"])
     if kwargs.get("plan") and served is not None:
         from readouts.served_plan import served_plan_lines
 

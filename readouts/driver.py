@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -18,11 +17,12 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import pandas as pd
 
-from contract.tables import Table, table
+from contract.tables import table
 from engine.errors import ReadoutError
 from engine.loading import load_model
 from panels.frames import DEFAULT_VERSION, frame_texts
 from panels.schema import PanelError, load_panel
+from readouts.chunks import Interrupted, chunk_loop, window_for, windows  # noqa: F401 (Interrupted: the runs' API)
 from readouts.manifest import default_out, model_manifest, served_model_manifest
 from readouts.profiles import Profile, apply_overrides, select_units
 from readouts.rundir import RunDir
@@ -96,6 +96,9 @@ class RunOptions:
     """(i, n): compute only chunks whose index is i modulo n, and leave the merge to `readout merge`."""
     stop_after_chunks: int | None = None
     """Testing aid: stop (as if killed) after this many newly computed chunks."""
+    window: int | None = None
+    """Chunks decoded together (readouts/chunks.py; None: the device's default, WINDOW_DEFAULT). Not part of the
+    run's identity: a run may resume under another window."""
 
 
 class ChunkRunner(Protocol):
@@ -107,6 +110,7 @@ class ChunkRunner(Protocol):
     """Items per stage, accumulated over chunks."""
 
     def run(self, records: Sequence) -> tuple[list[dict], ...]: ...
+    # A runner may also offer `run_window(chunks) -> [tables of each chunk]`, the chunks computed together.
 
 
 class Study(Protocol):
@@ -129,6 +133,9 @@ class Study(Protocol):
         """Raise ReadoutError (`file:line: context: N tokens > the model's M`) if a prompt cannot fit."""
     def stratum(self, record) -> str: ...
     def work(self, record, profile: Profile) -> int: ...
+    runner_type: type
+    """The class of `runner`'s local runner (`--plan` asks it whether it computes several chunks at once)."""
+
     def runner(self, lm, profile: Profile, seed: int, options: RunOptions, bar) -> ChunkRunner: ...
     def summary(self, tables: Sequence[pd.DataFrame]) -> list[str]: ...
 
@@ -136,10 +143,6 @@ class Study(Protocol):
 RANK_TIMEOUT = timedelta(hours=12)
 """Process-group timeout of a torchrun/accelerate run (NCCL's default, 10 minutes, would end a run whose ranks
 finish their chunks minutes apart, or resume unevenly, at the final barrier)."""
-
-
-class Interrupted(Exception):
-    """Raised by the stop_after_chunks testing aid, as a kill would stop the run."""
 
 
 def parallel_context(shard, force: bool, device: str | None):
@@ -160,38 +163,6 @@ def parallel_context(shard, force: bool, device: str | None):
         state = PartialState(cpu=not torch.cuda.is_available(), timeout=RANK_TIMEOUT)
         return state.process_index, state.num_processes, state, device or str(state.device)
     return 0, 1, None, device
-
-
-def chunk_loop(rundir: RunDir, chunks, compute: Callable, contracts: Sequence[Table], log,
-               stop_after: int | None = None, shard=(0, 1), locked: bool = False) -> int:
-    """Compute every unfinished chunk of this shard and write it atomically; returns how many were computed now.
-
-    A chunk whose files are there but do not prove to be this run's chunk (unreadable, another run's or
-    index's, rows dropped) is moved aside and recomputed. `locked`: several processes share the run
-    directory (shards, ranks), so each chunk is locked while it is computed.
-    """
-    computed = 0
-    rank, world = shard
-    for i, chunk in enumerate(chunks):
-        if i % world != rank:
-            continue
-        ids = [r.id for r in chunk]
-        why = rundir.problem(i, ids)
-        if why is None:
-            log(f"chunk {i + 1}/{len(chunks)}: already finished, skipped")
-            continue
-        if why != "missing":
-            rundir.reject(i)
-            log(f"chunk {i + 1}/{len(chunks)}: {why}; moved to {rundir.chunks / 'rejected'} and recomputed")
-        if stop_after is not None and computed >= stop_after:
-            raise Interrupted(f"stopped after {computed} chunks (testing aid)")
-        with rundir.chunk_lock(i) if locked else nullcontext():
-            t0 = time.perf_counter()
-            frames = tuple(t.frame(rows) for t, rows in zip(contracts, compute(chunk), strict=True))
-            rundir.write_chunk(i, frames, ids)
-        computed += 1
-        log(f"chunk {i + 1}/{len(chunks)}: computed {len(frames[0])} rows in {time.perf_counter() - t0:.1f} s")
-    return computed
 
 
 def prepare_out(path: Path) -> None:
@@ -269,9 +240,10 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     tokenizer, config = load_tokenizer_config(options.model.model)
     size = model_size(config)
     bounds = gpu_batch_bounds(config, size, gpu, options.model.token_budget)
-    stages = workload(tokenizer, job.chunks, job.profile, job.seed, bounds)
+    window = window_for(options.window, "cuda", study.runner_type)
+    stages = workload(tokenizer, windows(job.chunks, window), job.profile, job.seed, bounds)
     header = (f"plan: {options.model.model} on {job.panel.name}, profile {job.profile.name}, {len(job.records)} records "
-              f"in {len(job.chunks)} chunks of {job.profile.chunk_size}")
+              f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     return plan_table(stages, size, gpu), size, header
 
 
@@ -342,10 +314,11 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     bar = tqdm(total=total, initial=done, desc=f"{options.model.model} {job.panel.name} {profile.name}",
                disable=not options.progress, dynamic_ncols=True)
     runner = study.runner(lm, profile, job.seed, options, bar)
+    window = window_for(options.window, _device_type(lm), type(runner))
     t_start = time.perf_counter()
     try:
-        computed = chunk_loop(rundir, chunks, runner.run, [table(t) for t in study.tables], log,
-                              options.stop_after_chunks, shard=(ranks.rank, ranks.world), locked=ranks.world > 1)
+        computed = chunk_loop(rundir, chunks, runner, [table(t) for t in study.tables], log, options.stop_after_chunks,
+                              shard=(ranks.rank, ranks.world), locked=ranks.world > 1, window=window)
     finally:
         bar.close()
     if state is not None:
@@ -359,12 +332,12 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     merged = rundir.merge([[r.id for r in c] for c in chunks])
     wall = time.perf_counter() - t_start
     rundir.write_manifest({**manifest, "identity": rundir.identity, "chunks": rundir.finished(), "complete": True,
-                           "last_session": {"computed_chunks": computed, "wall_seconds": round(wall, 1),
+                           "last_session": {"computed_chunks": computed, "window": window, "wall_seconds": round(wall, 1),
                                             "seconds_by_stage": {k: round(v, 2) for k, v in runner.timings.items()},
                                             "items_by_stage": runner.counts, **_requests(lm),
                                             **_batches(runner)},
                            **({"served": lm.manifest()} if getattr(lm, "served", False) else {}),
-                           **_planned(study, lm, chunks, profile, job.seed, job.options.model.token_budget)})
+                           **_planned(study, lm, windows(chunks, window), profile, job.seed, job.options.model.token_budget)})
     result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
                                   for name, df in zip(study.tables, merged)))
     for line in study.summary(merged):
@@ -392,9 +365,16 @@ def _batches(runner) -> dict:
     return {"decode_batches_by_stage": batches} if batches else {}
 
 
-def _planned(study: Study, lm, chunks, profile, seed: int, token_budget: int | None) -> dict:
+def _device_type(lm) -> str:
+    """cuda, cpu ... of a loaded model (a served model's: none)."""
+    if getattr(lm, "served", False):
+        return "served"
+    return lm.model.get_input_embeddings().weight.device.type
+
+
+def _planned(study: Study, lm, units, profile, seed: int, token_budget: int | None) -> dict:
     """The workload `--plan` would print for this run (per stage, without time estimates; decoding batches under
-    this run's own bounds), for the manifest."""
+    this run's own bounds, over `units`: the records of each window a fresh run computes), for the manifest."""
     workload = getattr(study, "workload", None)
     if workload is None or getattr(lm, "served", False):
         return {}
@@ -403,7 +383,7 @@ def _planned(study: Study, lm, chunks, profile, seed: int, token_budget: int | N
     from engine.generation import batch_bounds
 
     bounds = batch_bounds(lm.model, lm.model.get_input_embeddings().weight.device, token_budget)
-    stages = workload(lm.tokenizer, chunks, profile, seed, bounds)
+    stages = workload(lm.tokenizer, units, profile, seed, bounds)
     return {"workload_by_stage": {st.stage: {k: v for k, v in asdict(st).items() if k != "stage"} for st in stages}}
 
 

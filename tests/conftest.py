@@ -36,6 +36,17 @@ def get_model(name):
     return _loaded[name]
 
 
+def one_batch(fake):
+    """A stand-in for engine.generation.generate that returns `fake(model, prompts, **kw)`'s rollouts as one batch:
+    like the real one, it hands them to `on_rollouts` (the runner reads each batch there) before returning."""
+    def generate(model, prompts, **kw):
+        out = fake(model, prompts, **kw)
+        if kw.get("on_rollouts") is not None:
+            kw["on_rollouts"](list(range(len(prompts))), out)
+        return out
+    return generate
+
+
 @pytest.fixture(scope="session")
 def models():
     return get_model

@@ -42,7 +42,6 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
         return
     # Reads per row: its own and one for each readout derived from its readout (a cut of its text).
     per_row = {job[2].name: 1 + sum(sp.derived_from == job[2].name for sp in specs) for job in planned}
-    room = bounds.row_cache_bytes  # this stage's row caches in this chunk (the runner's RowCaches)
     for label, n, part, ties in generation_calls(planned, profile):
         seqs = [tuple(ids) for ids in encode_prompts(tok, [prompt_of(job[5]) for job in part])]
         budgets = [getattr(profile, job[2].budget) for job in part]
@@ -52,6 +51,7 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
         st.rollouts += len(part) * n
         st.generated_max += n * sum(budgets)
         for batch in plan_batches([len(q) for q in seqs], budgets, n, bounds, ties):
+            room = bounds.row_cache_bytes  # the rows' caches of one batch, read and let go before the next decodes
             members = [i for u in batch for i in u]
             st.decode_batches.append([label, *batch_shape(seqs, budgets, n, members)])
             for i in members:  # rows are held as their batch finishes, in batch order, while the room lasts
@@ -66,8 +66,9 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
 
 
 def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int, bounds: BatchBounds) -> list[StageWork]:
-    """Per stage, the run's workload over all `chunks` (lists of scenarios); decoding batches as `generate` forms
-    them under `bounds` (the run's device, or the GPU planned for)."""
+    """Per stage, the run's workload over all `chunks` (lists of scenarios: each the records of one window, which
+    the run computes together); decoding batches as `generate` forms them under `bounds` (the run's device, or the
+    GPU planned for)."""
     out: dict[str, StageWork] = {}
     for chunk in chunks:
         for name, specs in stages(groups, profile):

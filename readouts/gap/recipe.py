@@ -173,29 +173,47 @@ class GapRunner:
     def run(self, scenarios) -> tuple[list[dict], ...]:
         """Probe rows and scenario rows for `scenarios` (and with `depth`, depth and patching rows); per-stage
         seconds and probe counts accumulate in `self.timings` / `self.counts`."""
-        reads, rows, deep, patched = [], [], [], []
-        self._texts = {}  # decoded prompts of this chunk only
+        return self.run_window([scenarios])[0]
+
+    def run_window(self, chunks) -> list[tuple[list[dict], ...]]:
+        """`run`'s tables of each of `chunks`, computed together: each stage's generation calls and scoring batches
+        gather the prompts of every chunk (batches limited by the device, not by a chunk's size). What a chunk
+        reads of its own other scenarios (the foreign patch partner) and its scenario rows stay within the chunk,
+        so each chunk's rows are those `run` gives it alone, up to the batches' float tolerance."""
+        scenarios = [s for chunk in chunks for s in chunk]
+        where = {s.id: i for i, chunk in enumerate(chunks) for s in chunk}
+        if len(where) != len(scenarios):
+            raise ReadoutError("run_window: a scenario id stands in two chunks of one window")
+        out = [dict(reads=[], rows=[], deep=[], patched=[]) for _ in chunks]
+        self._texts = {}  # decoded prompts of this window only
         for name, specs in stages(self.groups, self.profile):
             t0 = time.perf_counter()
+            first = specs[0].read == FIRST_TOKEN
             # Prompt caches and the rows' own caches from this stage's generation, reused to read after the anchor.
             self._known = RowCaches()
-            if specs[0].read == FIRST_TOKEN:
+            if first:
                 stage_reads = self._first_token_reads(scenarios, specs[0])
+                stage_rows, results = self._score(stage_reads, residuals=self.depth)
             else:
-                stage_reads = self._generated_reads(scenarios, specs)
-            stage_rows, results = self._score(stage_reads, residuals=self.depth and specs[0].read == FIRST_TOKEN)
-            rows += stage_rows
-            if self.depth and specs[0].read == FIRST_TOKEN:
-                deep += depth_rows(self.lm, self.model_name, stage_reads, results, self.lens)
-                if specs[0].name == "D":
-                    patched += patch_rows(self, scenarios, stage_reads, results)
+                stage_reads, stage_rows, results = self._generated_reads(scenarios, specs)
             self._known = {}
-            reads += stage_reads
+            for i, chunk in enumerate(chunks):
+                mine = [k for k, rd in enumerate(stage_reads) if where[rd.scenario.id] == i]
+                reads, found = [stage_reads[k] for k in mine], [results[k] for k in mine]
+                out[i]["rows"] += [stage_rows[k] for k in mine]
+                if self.depth and first:
+                    out[i]["deep"] += depth_rows(self.lm, self.model_name, reads, found, self.lens)
+                    if specs[0].name == "D":
+                        out[i]["patched"] += patch_rows(self, chunk, reads, found)
+                out[i]["reads"] += reads
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
             self.counts[name] = self.counts.get(name, 0) + len(stage_reads)
-        keys = [(rd.scenario.id, rd.cell, rd.spec.name, rd.frame) for rd in reads]
-        tables = rows, scenario_rows(scenarios, keys, rows, self.profile, self.sample, self.model_name, self.panel_name)
-        return (*tables, deep, patched) if self.depth else tables
+        tables = []
+        for chunk, got in zip(chunks, out):
+            keys = [(rd.scenario.id, rd.cell, rd.spec.name, rd.frame) for rd in got["reads"]]
+            rows = scenario_rows(chunk, keys, got["rows"], self.profile, self.sample, self.model_name, self.panel_name)
+            tables.append((got["rows"], rows, got["deep"], got["patched"]) if self.depth else (got["rows"], rows))
+        return tables
 
     # -- planning ----------------------------------------------------------------------------------
     def _first_token_reads(self, scenarios, spec: ReadoutSpec) -> list[Read]:
@@ -209,58 +227,89 @@ class GapRunner:
                     reads.append(Read(s, cell, spec, frame, k, r, 0, tuple(encode_prompt(self.tok, prompt_of(r)))))
         return reads
 
-    def _generated_reads(self, scenarios, specs) -> list[Read]:
+    def _generated_reads(self, scenarios, specs) -> tuple[list[Read], list[dict], list]:
         """Every generating spec of one group in one decoding loop per rollout count (each job with its own
         budget, a `length_of` job tied to its paired job's rollouts); the group's frames share seeded option
-        orders (J: one order per paraphrase; dose: one for every arm, the rider included)."""
+        orders (J: one order per paraphrase; dose: one for every arm, the rider included). Returns the reads, in
+        job order then the derived readouts', with their probe rows and the engine's results.
+
+        Each decoding batch's rows are read as soon as the batch is done, on top of their own caches, which are
+        then let go: the row caches hold one batch at a time, however many chunks a window gathers. A derived
+        read whose paired text lies in a later batch (never, while a tied pair decodes in one batch) waits for
+        the end of the stage and reads on what is held then."""
         jobs = generation_jobs(scenarios, specs, self.profile, self.seed)
-        reads, texts = [], {}
-        for label, n, part, ties in generation_calls(jobs, self.profile):
+        derived = [sp for sp in specs if sp.derived_from is not None]
+        texts, done, waiting = {}, {}, []  # every text of the stage; the reads made, by order key; derived reads left
+        for c, (label, n, part, ties) in enumerate(generation_calls(jobs, self.profile)):
             prompts = [tuple(encode_prompt(self.tok, prompt_of(job[5]))) for job in part]
+            rolled = {}
+
+            def read_batch(flat, generated, c=c, part=part, prompts=prompts, ties=ties, rolled=rolled):
+                rolled.update(zip(flat, generated))
+                mine, new = [], []
+                for i in flat:
+                    s, cell, sp, frame, k, r = part[i]
+                    for j, rollout in enumerate(rolled[i]):
+                        a = anchor_read(self.tok, prompts[i], rollout, r.anchor, **answer_forms(s, r))
+                        paired = None if ties[i] is None else len(rolled[ties[i]][j].tokens)
+                        mine.append(((0, c, i, j), Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens),
+                                                        a.rule, prompts[i], paired_tokens=paired)))
+                        key = (sp.name, s.id, cell, j)
+                        texts[key] = (s, r, prompts[i], rollout, a)
+                        new.append((key, (c, i, j)))
+                for d, spec in enumerate(derived):
+                    for key, at in new:
+                        if key[0] == spec.derived_from:
+                            if spec.cut_like is not None and (spec.cut_like, *key[1:]) not in texts:
+                                waiting.append((d, spec, key, at))
+                            else:
+                                mine.append(((1, d, *at), self._derived_read(spec, key, texts)))
+                self._read_now(mine, done)
+                self._known.release(prompts[i] for i in flat)
+
             shapes = []
-            generated = generate(
+            generate(
                 self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in part],
                 stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
                 top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,
                 seeds=[derive_seed(self.seed, s.id, cell, sp.seeded_as or sp.name, frame) for s, cell, sp, frame, _, _ in part],
                 on_batch=lambda k, n=n: self._tick(k * n), row_kv=self._known, length_of=ties, batches=shapes,
+                on_rollouts=read_batch,
             )
             self.batches.setdefault(part[0][2].group, []).extend([label, *shape] for shape in shapes)
-            for (s, cell, sp, frame, k, r), ids, rolls, tie in zip(part, prompts, generated, ties):
-                for j, rollout in enumerate(rolls):
-                    a = anchor_read(self.tok, ids, rollout, r.anchor, **answer_forms(s, r))
-                    paired = None if tie is None else len(generated[tie][j].tokens)
-                    reads.append(Read(s, cell, sp, frame, k, r, j, a.ids, a.text, len(rollout.tokens), a.rule, ids,
-                                      paired_tokens=paired))
-                    texts[(sp.name, s.id, cell, j)] = (s, r, ids, rollout, a)
-        for derived in (sp for sp in specs if sp.derived_from is not None):
-            reads += self._derived_reads(derived, texts)
-        return reads
+        self._read_now([((1, d, *at), self._derived_read(spec, key, texts)) for d, spec, key, at in waiting], done)
+        ordered = [done[key] for key in sorted(done)]
+        return [x[0] for x in ordered], [x[1] for x in ordered], [x[2] for x in ordered]
 
-    def _derived_reads(self, spec: ReadoutSpec, texts) -> list[Read]:
-        """The source readout's texts cut, each read after the anchor there: where the paired `cut_like` read
-        of the same scenario, cell and rollout kept its own text, with the answer forced (the truncated filler:
-        the restatement in the cut-off, forced form the reasoning has; if the filler wrote its own anchor
-        before that point, it is cut just before it), else at the profile's `budget` (the rider at the dose
-        budget: the read the reasoning arm makes of the same rollout)."""
-        out = []
-        for (name, sid, cell, j), (s, r, ids, rollout, _) in texts.items():
-            if name != spec.derived_from:
-                continue
-            forms = answer_forms(s, r)
-            paired = None
-            if spec.cut_like is not None:
-                paired = texts[(spec.cut_like, sid, cell, j)][4].kept_tokens
-                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=paired, **forms)
-                if a.rule.startswith("own"):  # its own anchor stands before the cut: cut before it, so it is forced
-                    a = anchor_read(self.tok, ids, rollout, r.anchor, cut=_before_anchor(self.tok, rollout.tokens[:paired],
-                                                                                         r.anchor, forms), **forms)
-            else:
-                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=getattr(self.profile, spec.budget), **forms)
-            out.append(Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, a.kept_tokens, a.rule, ids,
-                            paired_tokens=paired))
-            self._tick(1)
-        return out
+    def _read_now(self, keyed_reads, done: dict) -> None:
+        """Score `keyed_reads` ((order key, Read) pairs) into `done` {order key: (read, probe row, result)}."""
+        if not keyed_reads:
+            return
+        reads = [rd for _, rd in keyed_reads]
+        rows, results = self._score(reads)
+        for (key, rd), row, res in zip(keyed_reads, rows, results):
+            done[key] = (rd, row, res)
+
+    def _derived_read(self, spec: ReadoutSpec, key: tuple, texts) -> Read:
+        """The source readout's text `key` (its readout, scenario, cell, rollout) cut, and read after the anchor
+        there: where the paired `cut_like` read of the same scenario, cell and rollout kept its own text, with the
+        answer forced (the truncated filler: the restatement in the cut-off, forced form the reasoning has; if the
+        filler wrote its own anchor before that point, it is cut just before it), else at the profile's `budget`
+        (the rider at the dose budget: the read the reasoning arm makes of the same rollout)."""
+        _, sid, cell, j = key
+        s, r, ids, rollout, _ = texts[key]
+        forms = answer_forms(s, r)
+        paired = None
+        if spec.cut_like is not None:
+            paired = texts[(spec.cut_like, sid, cell, j)][4].kept_tokens
+            a = anchor_read(self.tok, ids, rollout, r.anchor, cut=paired, **forms)
+            if a.rule.startswith("own"):  # its own anchor stands before the cut: cut before it, so it is forced
+                a = anchor_read(self.tok, ids, rollout, r.anchor, cut=_before_anchor(self.tok, rollout.tokens[:paired],
+                                                                                     r.anchor, forms), **forms)
+        else:
+            a = anchor_read(self.tok, ids, rollout, r.anchor, cut=getattr(self.profile, spec.budget), **forms)
+        self._tick(1)
+        return Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, a.kept_tokens, a.rule, ids, paired_tokens=paired)
 
     # -- scoring -----------------------------------------------------------------------------------
     def _score(self, reads: list[Read], residuals: bool = False) -> tuple[list[dict], list]:

@@ -56,6 +56,7 @@ class GapStudy:
     lens: str | None = None
     """`--lens`: a tuned-lens file (`readout lens train`) the depth tables are also read through."""
     kind: str = "judgment-action"
+    runner_type = GapRunner  # not a field: the local runner's class
     tables: tuple[str, ...] = (PROBES.name, SCENARIOS.name)
     panel_kind: str = "gap"
     default_panel: str = "gap-v2"
@@ -152,7 +153,7 @@ class GapStudy:
             from readouts.gap.served import ServedGapRunner
 
             return ServedGapRunner(lm, profile, self.groups, seed, self.panel_name, options.model.model, progress=bar)
-        return GapRunner(lm, profile, self.groups, seed, self.sample, self.panel_name,
+        return self.runner_type(lm, profile, self.groups, seed, self.sample, self.panel_name,
                          options.model.model, progress=bar, token_budget=options.model.token_budget,
                          depth=wants_depth(self.readouts), lens=self._tuned)
 

@@ -64,6 +64,18 @@ class NsiRunner:
         self.batches: dict[str, list] = {}
         """Per stage, each decoding batch of this session: [call label, rows, distinct prompt tokens, longest budget]."""
 
+    def run_window(self, chunks) -> list[tuple[list[dict], list[dict]]]:
+        """`run`'s tables of each of `chunks`, computed together (one `generate` call and one scoring call for the
+        window: every row belongs to one dilemma, so each chunk's rows are those it gets alone, up to the batches'
+        float tolerance)."""
+        replies, continuous = self.run([d for chunk in chunks for d in chunk])
+        where = {d.id: i for i, chunk in enumerate(chunks) for d in chunk}
+        out = [([], []) for _ in chunks]
+        for k, rows in enumerate((replies, continuous)):
+            for row in rows:
+                out[where[row["dilemma_id"]]][k].append(row)
+        return out
+
     def run(self, dilemmas) -> tuple[list[dict], list[dict]]:
         t0 = time.perf_counter()
         cells = [(d, f, render_polarity(d, f)) for d in dilemmas for f in FRAMINGS]
@@ -122,6 +134,7 @@ class NsiStudy:
     """The framing-stability audit as the run driver sees it."""
 
     kind: str = "nsi"
+    runner_type = NsiRunner  # not a field: the local runner's class
     tables: tuple[str, ...] = (NSI_REPLIES.name, NSI_CONTINUOUS.name)
     panel_kind: str = "nsi"
     default_panel: str = "nsi-14"
@@ -190,7 +203,7 @@ class NsiStudy:
             from readouts.nsi.served import ServedNsiRunner
 
             return ServedNsiRunner(lm, profile, seed, options.model.model, DECISION_PREFIX, DECISION_WORDS, MIN_WORD_START, bar)
-        return NsiRunner(lm, profile, seed, options.model.model, self.words, bar=bar)
+        return self.runner_type(lm, profile, seed, options.model.model, self.words, bar=bar)
 
     def summary(self, tables) -> list[str]:
         replies, continuous = tables

@@ -145,7 +145,7 @@ class SteerStudy(GapStudy):
         return steer_workload(tokenizer, self, base, profile, seed)
 
     def runner(self, lm, profile, seed, options, bar):
-        return SteerRunner(lm, profile, seed, self, options.model.model, bar, options.model.token_budget)
+        return self.runner_type(lm, profile, seed, self, options.model.model, bar, options.model.token_budget)
 
     def summary(self, tables) -> list[str]:
         from readouts.steer.summary import summary_lines
@@ -206,6 +206,9 @@ class SteerRunner:
                 loss, n = token_loss(self.lm.model, ids, c.steering(positions))
                 capability.append(dict(**c.key(self.model_name, positions), loss=loss, tokens=n))
         return rows, capability
+
+
+SteerStudy.runner_type = SteerRunner  # the steering grid reads one chunk at a time (no run_window)
 
 
 def read_row(key: dict, rd, res) -> dict:

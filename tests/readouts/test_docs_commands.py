@@ -223,6 +223,8 @@ NOT_RUN = {
         "three revisions of a 7B model from the hub (tests never download); the same sweep over local folders runs above",
     "HF_HUB_OFFLINE=1 .venv/bin/readout run --model olmo-3-7b --profile paper": "a 7B model at the paper's settings: a GPU node",
     ".venv/bin/readout run --model olmo-3-7b --profile paper-gpu": "a 7B model at the paper's settings: a GPU node",
+    ".venv/bin/readout run --model olmo-3-7b --profile paper --window 4": "a 7B model at the paper's settings: a GPU node "
+                                                                          "(windows run on tiny models in tests/readouts/test_window.py)",
     ".venv/bin/readout run --model llama-3.1-8b --profile paper --quantize 4bit": "bitsandbytes 4-bit needs CUDA",
     ".venv/bin/readout run --model olmo-3-7b --device-map auto": "one model over several GPUs",
     "torchrun --nproc_per_node 8 .venv/bin/readout run --model olmo-3-7b --profile paper --out runs/olmo/paper":

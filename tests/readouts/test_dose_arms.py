@@ -21,7 +21,7 @@ from readouts.gap import profile as gap_profile
 from readouts.gap import recipe
 from readouts.gap.study import GapStudy
 from readouts.profiles import apply_overrides
-from tests.conftest import get_model
+from tests.conftest import get_model, one_batch
 
 DOSE = dataclasses.replace(gap_profile.PROFILES["quick"], name="dose-test", dose_budget=10, dose_brief_budget=4,
                            dose_samples=1, rider_rollouts=0)
@@ -84,7 +84,7 @@ def test_truncated_filler_is_cut_where_the_paired_reasoning_read_sits(monkeypatc
             out.append(next((list(v) for k, v in crafted.items() if k in text), list(crafted["step by step"])))
         return out
 
-    monkeypatch.setattr(recipe, "generate", fake_generate)
+    monkeypatch.setattr(recipe, "generate", one_batch(fake_generate))
     s = load_panel("gap-v2").records[0]
     runner = recipe.GapRunner(lm, DOSE, ("dose",), 0, False, "gap-v2", "tiny-qwen2")
     probes, _ = runner.run([s])
@@ -197,7 +197,7 @@ def test_runner_renders_the_profiles_frames_version(monkeypatch, version):
         seen.extend(lm.tokenizer.decode(list(p)) for p in prompts)
         return [[Rollout((1, 2), True, True)] * kw["n"] for _ in prompts]
 
-    monkeypatch.setattr(recipe, "generate", fake_generate)
+    monkeypatch.setattr(recipe, "generate", one_batch(fake_generate))
     s = load_panel("gap-v2").records[0]
     recipe.GapRunner(lm, dataclasses.replace(DOSE, frames=version), ("dose",), 0, False, "gap-v2", "tiny-qwen2").run([s])
     norm = [t for t in seen if "norm" in t and "Before you decide" in t]

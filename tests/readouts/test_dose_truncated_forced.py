@@ -10,7 +10,7 @@ from engine.generation import Rollout
 from panels.schema import load_panel
 from readouts.gap import profile as gap_profile
 from readouts.gap import recipe
-from tests.conftest import get_model
+from tests.conftest import get_model, one_batch
 
 DOSE = dataclasses.replace(gap_profile.PROFILES["quick"], name="dose-test", dose_budget=10, dose_brief_budget=4,
                            dose_samples=2, rider_rollouts=0)
@@ -40,7 +40,7 @@ def test_truncated_filler_is_forced_whatever_form_the_fillers_own_anchor_takes(m
                 out.append([Rollout(enc(REASONING), False, False) for _ in FILLERS])
         return out
 
-    monkeypatch.setattr(recipe, "generate", fake_generate)
+    monkeypatch.setattr(recipe, "generate", one_batch(fake_generate))
     s = load_panel("gap-v2").records[0]
     probes, _ = recipe.GapRunner(lm, DOSE, ("dose",), 0, False, "gap-v2", model).run([s])
     df = pd.DataFrame(probes)

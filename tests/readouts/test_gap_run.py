@@ -22,7 +22,7 @@ from readouts.gap import recipe
 from readouts.gap.study import GapStudy
 from readouts.profiles import select_units
 from readouts.rundir import ManifestMismatch
-from tests.conftest import get_model
+from tests.conftest import get_model, one_batch
 
 TEST_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="test", max_units=5,
                                    orders={"D": 3, "J0": 3, "control": 3, "raw": 2}, j_samples=2, j_budget=6,
@@ -152,7 +152,7 @@ def test_judge_readout_exercises_every_anchor_rule(monkeypatch):
     def fake_generate(model, prompts, **kw):
         return [list(crafted) for _ in prompts]
 
-    monkeypatch.setattr(recipe, "generate", fake_generate)
+    monkeypatch.setattr(recipe, "generate", one_batch(fake_generate))
     s = load_panel("gap-v1").records[0]
     runner = recipe.GapRunner(lm, TEST_PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
     probes, rows = runner.run([s])
@@ -283,7 +283,7 @@ def test_f3_tool_name_answer_counts_as_its_letter(monkeypatch):
     target = next(t for t in s.tools if t.id == s.violating)
     crafted = [Rollout(enc(f"Weighing it, I pick {target.name}.\n**Answer:** `{target.name}`"), True, True)] * 3
 
-    monkeypatch.setattr(recipe, "generate", lambda model, prompts, **kw: [list(crafted) for _ in prompts])
+    monkeypatch.setattr(recipe, "generate", one_batch(lambda model, prompts, **kw: [list(crafted) for _ in prompts]))
     runner = recipe.GapRunner(lm, TEST_PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
     probes, rows = runner.run([s])
     j1 = [p for p in probes if p["frame"] == "judge_1" and p["cell"] == "primary"]

@@ -73,7 +73,7 @@ def test_the_plan_is_the_run(tmp_path, monkeypatch):
 
 
 def test_rereads_run_the_anchor_suffix_where_the_rows_cache_is_held():
-    """After generation a read runs only the anchor suffix on top of the row's own cache while the stage's
+    """After generation a read runs only the anchor suffix on top of the row's own cache while its batch's
     row caches have room (each row counted at its whole budget), and the text and the anchor where they have
     none: one J chunk of the plan-test profile (1 scenario, budget 5, one read per row), planted bounds."""
     from engine.generation import BatchBounds
@@ -85,8 +85,8 @@ def test_rereads_run_the_anchor_suffix_where_the_rows_cache_is_held():
     tok, _ = load_tokenizer_config("tiny-llama3")
     chunk = load_panel("gap-v1").records[:1]
 
-    def j_stage(room):
-        bounds = BatchBounds(4096, 128, None, True, room, kv_bytes_per_token=10)
+    def j_stage(room, rows_per_batch=128):
+        bounds = BatchBounds(4096, rows_per_batch, None, True, room, kv_bytes_per_token=10)
         return next(st for st in gap_workload(tok, [chunk], PROFILE, ("J",), 0, bounds) if st.stage == "J")
 
     rows = j_stage(None).reads
@@ -94,6 +94,13 @@ def test_rereads_run_the_anchor_suffix_where_the_rows_cache_is_held():
     assert j_stage(0).reread_tokens_max == rows * (5 + ANCHOR_ALLOWANCE)  # nothing held: the old re-encode
     # Room for three rows of 5 tokens x 10 bytes: the others re-encode.
     assert j_stage(3 * 50 + 49).reread_tokens_max == 3 * ANCHOR_ALLOWANCE + (rows - 3) * (5 + ANCHOR_ALLOWANCE)
+    # The room is one batch's: the runner reads each batch on its rows' caches and lets them go before the next.
+    # In batches of one prompt's rollouts (fewer than three rows), every row is held.
+    from contract.readouts import readout
+    from readouts.gap.profile import rollouts
+
+    n = rollouts(readout("J"), PROFILE)
+    assert n < 3 and j_stage(3 * 50 + 49, rows_per_batch=n).reread_tokens_max == rows * ANCHOR_ALLOWANCE
 
 
 def test_plan_on_the_command_line(capsys):
