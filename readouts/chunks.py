@@ -19,28 +19,34 @@ from engine.errors import ReadoutError
 
 WINDOW_DEFAULT = {"cuda": 8}
 """Chunks decoded together by default, per device type (others: 1). On a GPU the paper profile's 4-scenario
-chunks alone give the rider's 2,048-token decode batches of 32 rows; eight chunks give 256."""
+chunks alone give the rider's 2,048-token decode batches of 32 rows; eight chunks give up to 256, as far as the
+key/value limit allows (up to 240 for an 8B model with grouped-query attention on an H200: bench/results/plan_8b.md)."""
 
 
 class Interrupted(Exception):
     """Raised by the stop_after_chunks testing aid, as a kill would stop the run."""
 
 
-def window_for(requested: int | None, device_type: str, runner_type: type) -> int:
-    """The run's window: `requested` (--window), else the device's default; 1 for a runner that computes one
-    chunk at a time (an explicit --window above 1 is refused there)."""
+def window_for(requested: int | None, device_type: str, windowed: bool, what: str) -> int:
+    """The run's window: `requested` (--window), else the device's default; 1 where the run computes one chunk at
+    a time (`windowed` False: an explicit --window above 1 is refused, naming `what` runs so)."""
     if requested is not None and requested < 1:
         raise ReadoutError(f"--window: {requested} must be at least 1")
-    if not hasattr(runner_type, "run_window"):
+    if not windowed:
         if requested is not None and requested > 1:
-            raise ReadoutError(f"--window: {runner_type.__name__} computes one chunk at a time; use --window 1")
+            raise ReadoutError(f"--window: {what} computes one chunk at a time; use --window 1")
         return 1
     return requested if requested is not None else WINDOW_DEFAULT.get(device_type, 1)
 
 
-def windows(chunks: Sequence[list], window: int) -> list[list]:
-    """The records of each window of a fresh run's consecutive chunks, concatenated (for `--plan`)."""
-    return [[r for chunk in chunks[i : i + window] for r in chunk] for i in range(0, len(chunks), window)]
+def windows(chunks: Sequence[list], window: int, world: int = 1) -> list[list]:
+    """The records of each window a fresh run computes, concatenated (for `--plan` and the manifest): with
+    `world` processes sharing the chunks (ranks, each computing every world-th chunk), each rank's in turn."""
+    out = []
+    for rank in range(world):
+        mine = list(chunks[rank::world])
+        out += [[r for chunk in mine[i : i + window] for r in chunk] for i in range(0, len(mine), window)]
+    return out
 
 
 def chunk_loop(rundir, chunks, runner, contracts: Sequence[Table], log, stop_after: int | None = None,

@@ -125,8 +125,8 @@ def _run_options(default_seed: int | None, profiles, out_help: str, set_help: st
         f = served_options(_model_options(f))
         f = click.option("--progress/--no-progress", default=True)(f)
         f = click.option("--window", default=None, type=bounded(COUNT), help="chunks decoded together, their decoding "
-                         f"batches gathered across chunks (default {WINDOW_DEFAULT['cuda']} on CUDA, else 1; a crash loses at most one window; "
-                         "a run may resume under another window)")(f)
+                         f"batches gathered across chunks (default {WINDOW_DEFAULT['cuda']} on CUDA, else 1; always 1 for `readout "
+                         "steer` and served models; a crash loses at most one window; a run may resume under another window)")(f)
         f = click.option("--shard", default=None, help="i/n: compute only this shard's chunks (then `readout merge`)")(f)
         f = click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out")(f)
         f = click.option("--seed", default=default_seed, show_default=True, type=bounded(INDEX))(f)

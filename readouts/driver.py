@@ -211,6 +211,7 @@ class _Ranks:
 def _resolve(study: Study, options: RunOptions) -> _Job:
     if options.profile not in study.profiles:
         raise ReadoutError(f"--profile: '{options.profile}' is not one of {', '.join(study.profiles)}")
+    _window(study, options, "cpu")  # a --window the run cannot take is refused before anything loads
     profile, overrides = apply_overrides(study.profiles[options.profile], options.overrides)
     try:
         panel = load_panel(options.panel or study.default_panel)
@@ -240,7 +241,7 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     tokenizer, config = load_tokenizer_config(options.model.model)
     size = model_size(config)
     bounds = gpu_batch_bounds(config, size, gpu, options.model.token_budget)
-    window = window_for(options.window, "cuda", study.runner_type)
+    window = _window(study, options, "cuda")
     stages = workload(tokenizer, windows(job.chunks, window), job.profile, job.seed, bounds)
     header = (f"plan: {options.model.model} on {job.panel.name}, profile {job.profile.name}, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
@@ -314,7 +315,7 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     bar = tqdm(total=total, initial=done, desc=f"{options.model.model} {job.panel.name} {profile.name}",
                disable=not options.progress, dynamic_ncols=True)
     runner = study.runner(lm, profile, job.seed, options, bar)
-    window = window_for(options.window, _device_type(lm), type(runner))
+    window = _window(job.study, options, _device_type(lm))
     t_start = time.perf_counter()
     try:
         computed = chunk_loop(rundir, chunks, runner, [table(t) for t in study.tables], log, options.stop_after_chunks,
@@ -337,7 +338,8 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
                                             "items_by_stage": runner.counts, **_requests(lm),
                                             **_batches(runner)},
                            **({"served": lm.manifest()} if getattr(lm, "served", False) else {}),
-                           **_planned(study, lm, windows(chunks, window), profile, job.seed, job.options.model.token_budget)})
+                           **_planned(study, lm, windows(chunks, window, ranks.world), profile, job.seed,
+                                      job.options.model.token_budget)})
     result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"
                                   for name, df in zip(study.tables, merged)))
     for line in study.summary(merged):
@@ -365,6 +367,14 @@ def _batches(runner) -> dict:
     return {"decode_batches_by_stage": batches} if batches else {}
 
 
+def _window(study: Study, options: RunOptions, device_type: str) -> int:
+    """The run's window of chunks (readouts/chunks.py): a served model's run and a study whose runner has no
+    `run_window` compute one chunk at a time."""
+    served = options.model.served is not None
+    windowed = not served and hasattr(study.runner_type, "run_window")
+    return window_for(options.window, device_type, windowed, "a served model's run" if served else f"the {study.kind} study")
+
+
 def _device_type(lm) -> str:
     """cuda, cpu ... of a loaded model (a served model's: none)."""
     if getattr(lm, "served", False):
@@ -374,7 +384,8 @@ def _device_type(lm) -> str:
 
 def _planned(study: Study, lm, units, profile, seed: int, token_budget: int | None) -> dict:
     """The workload `--plan` would print for this run (per stage, without time estimates; decoding batches under
-    this run's own bounds, over `units`: the records of each window a fresh run computes), for the manifest."""
+    this run's own bounds, over `units`: the records of each window a fresh run computes, each rank's windows in
+    turn where ranks share the chunks), for the manifest."""
     workload = getattr(study, "workload", None)
     if workload is None or getattr(lm, "served", False):
         return {}

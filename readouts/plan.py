@@ -1,7 +1,7 @@
 """`readout run --plan`: a run's workload before any model loads, and what it should cost on a named GPU.
 
 A study lists, per stage, the prompts it reads or generates from (tokenized with the model's own tokenizer,
-planned into prefix trees chunk by chunk as the engine will), the rollouts and their token budgets. The
+planned into prefix trees chunk by chunk, or window by window, as the engine will), the rollouts and their token budgets. The
 estimate puts that work against a GPU's published dense bf16 matmul rate and memory bandwidth, each at an
 efficiency a careful engine reaches (PREFILL_EFFICIENCY, DECODE_EFFICIENCY): prefill and re-reads are
 matmul-bound; a decoding step reads the weights and the batch's keys/values once, or is matmul-bound for
@@ -61,7 +61,7 @@ class StageWork:
     """Prompts read at their first token, or generated from."""
     prompt_tokens: int = 0
     computed_tokens: int = 0
-    """Prompt tokens actually run after prefix sharing (per chunk, as the engine plans)."""
+    """Prompt tokens actually run after prefix sharing (per chunk or window, as the engine plans)."""
     rollouts: int = 0
     """Rows decoded (prompts x rollouts)."""
     generated_max: int = 0

@@ -1,6 +1,7 @@
 """The judgment-action run's workload, stage by stage, as GapRunner would compute it (for `--plan`):
 the same stages, seeded option orders, rendered frames and token budgets, tokenized with the model's own
-tokenizer; generation prompts planned into prefix trees chunk by chunk as the decoder plans them.
+tokenizer; generation prompts planned into prefix trees window by window (the chunks a run decodes
+together) as the decoder plans them.
 """
 
 from __future__ import annotations

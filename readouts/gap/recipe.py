@@ -1,6 +1,7 @@
 """The judgment-action recipe: expand scenarios into read positions for each readout spec, generate
 where a readout reads after text, and score every read position on the engine. One call handles one
-chunk of scenarios; readouts/gap/aggregate.py turns its probe rows into scenario rows.
+chunk of scenarios, or a window of chunks decoded together (`run_window`); readouts/gap/aggregate.py turns its
+probe rows into scenario rows.
 """
 
 from __future__ import annotations
@@ -176,10 +177,12 @@ class GapRunner:
         return self.run_window([scenarios])[0]
 
     def run_window(self, chunks) -> list[tuple[list[dict], ...]]:
-        """`run`'s tables of each of `chunks`, computed together: each stage's generation calls and scoring batches
-        gather the prompts of every chunk (batches limited by the device, not by a chunk's size). What a chunk
-        reads of its own other scenarios (the foreign patch partner) and its scenario rows stay within the chunk,
-        so each chunk's rows are those `run` gives it alone, up to the batches' float tolerance."""
+        """`run`'s tables of each of `chunks`, their generated stages computed together: each `generate` call and
+        its reads gather the prompts of every chunk (decoding batches limited by the device, not by a chunk's
+        size). First-token stages read chunk by chunk (their batches gain little across chunks, and a depth run's
+        residuals are then held for one chunk at a time). What a chunk reads of its own other scenarios (the
+        foreign patch partner) and its scenario rows stay within the chunk, so each chunk's rows are those `run`
+        gives it alone, up to the batches' float tolerance."""
         scenarios = [s for chunk in chunks for s in chunk]
         where = {s.id: i for i, chunk in enumerate(chunks) for s in chunk}
         if len(where) != len(scenarios):
@@ -188,32 +191,40 @@ class GapRunner:
         self._texts = {}  # decoded prompts of this window only
         for name, specs in stages(self.groups, self.profile):
             t0 = time.perf_counter()
-            first = specs[0].read == FIRST_TOKEN
             # Prompt caches and the rows' own caches from this stage's generation, reused to read after the anchor.
             self._known = RowCaches()
-            if first:
-                stage_reads = self._first_token_reads(scenarios, specs[0])
-                stage_rows, results = self._score(stage_reads, residuals=self.depth)
+            count = 0
+            if specs[0].read == FIRST_TOKEN:
+                for chunk, got in zip(chunks, out):
+                    reads = self._first_token_reads(chunk, specs[0])
+                    rows, results = self._score(reads, residuals=self.depth)
+                    self._keep(got, chunk, specs[0], reads, rows, results)
+                    count += len(reads)
             else:
-                stage_reads, stage_rows, results = self._generated_reads(scenarios, specs)
+                reads, rows, results = self._generated_reads(scenarios, specs)
+                count = len(reads)
+                for i, (chunk, got) in enumerate(zip(chunks, out)):
+                    mine = [k for k, rd in enumerate(reads) if where[rd.scenario.id] == i]
+                    self._keep(got, chunk, specs[0], *([x[k] for k in mine] for x in (reads, rows, results)))
             self._known = {}
-            for i, chunk in enumerate(chunks):
-                mine = [k for k, rd in enumerate(stage_reads) if where[rd.scenario.id] == i]
-                reads, found = [stage_reads[k] for k in mine], [results[k] for k in mine]
-                out[i]["rows"] += [stage_rows[k] for k in mine]
-                if self.depth and first:
-                    out[i]["deep"] += depth_rows(self.lm, self.model_name, reads, found, self.lens)
-                    if specs[0].name == "D":
-                        out[i]["patched"] += patch_rows(self, chunk, reads, found)
-                out[i]["reads"] += reads
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
-            self.counts[name] = self.counts.get(name, 0) + len(stage_reads)
+            self.counts[name] = self.counts.get(name, 0) + count
         tables = []
         for chunk, got in zip(chunks, out):
             keys = [(rd.scenario.id, rd.cell, rd.spec.name, rd.frame) for rd in got["reads"]]
             rows = scenario_rows(chunk, keys, got["rows"], self.profile, self.sample, self.model_name, self.panel_name)
             tables.append((got["rows"], rows, got["deep"], got["patched"]) if self.depth else (got["rows"], rows))
         return tables
+
+    def _keep(self, got: dict, chunk, spec: ReadoutSpec, reads, rows, results) -> None:
+        """One chunk's reads of one stage into its tables `got` (with `depth`, a first-token stage's depth rows,
+        and D's patched rows, which read the chunk's own scenarios)."""
+        got["reads"] += reads
+        got["rows"] += rows
+        if self.depth and spec.read == FIRST_TOKEN:
+            got["deep"] += depth_rows(self.lm, self.model_name, reads, results, self.lens)
+            if spec.name == "D":
+                got["patched"] += patch_rows(self, chunk, reads, results)
 
     # -- planning ----------------------------------------------------------------------------------
     def _first_token_reads(self, scenarios, spec: ReadoutSpec) -> list[Read]:
@@ -236,7 +247,7 @@ class GapRunner:
         Each decoding batch's rows are read as soon as the batch is done, on top of their own caches, which are
         then let go: the row caches hold one batch at a time, however many chunks a window gathers. A derived
         read whose paired text lies in a later batch (never, while a tied pair decodes in one batch) waits for
-        the end of the stage and reads on what is held then."""
+        the end of the stage and re-encodes its text there (its batch's caches are gone by then)."""
         jobs = generation_jobs(scenarios, specs, self.profile, self.seed)
         derived = [sp for sp in specs if sp.derived_from is not None]
         texts, done, waiting = {}, {}, []  # every text of the stage; the reads made, by order key; derived reads left
@@ -276,6 +287,9 @@ class GapRunner:
                 on_batch=lambda k, n=n: self._tick(k * n), row_kv=self._known, length_of=ties, batches=shapes,
                 on_rollouts=read_batch,
             )
+            if len(rolled) != len(part):
+                raise RuntimeError(f"{label}: generate returned without handing {len(part) - len(rolled)} of its prompts' "
+                                   "rollouts to on_rollouts (their reads would be missing)")
             self.batches.setdefault(part[0][2].group, []).extend([label, *shape] for shape in shapes)
         self._read_now([((1, d, *at), self._derived_read(spec, key, texts)) for d, spec, key, at in waiting], done)
         ordered = [done[key] for key in sorted(done)]

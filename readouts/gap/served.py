@@ -166,7 +166,7 @@ def _anchor(text: str, tokens: list[str], cut: int | None, at_budget: bool, anch
     """(assistant text to continue, anchor rule, tokens kept) for one reply, as engine/anchor.anchor_read
     decides on local tokens: the text cut at `cut` tokens (by the generated tokens' text), then the model's
     own anchor if it wrote one, else the anchor forced after the text. `force`: an own anchor before the cut
-    is cut away instead (the truncated filler's rule in GapRunner._derived_reads), so the answer is forced."""
+    is cut away instead (the truncated filler's rule in GapRunner._derived_read), so the answer is forced."""
     if cut is not None and not tokens:
         raise ServedError("a readout cut by tokens needs the generated tokens, and this server returned no logprobs "
                           "for them (drop it with --readouts)")

@@ -22,8 +22,8 @@ from readouts.gap.recipe import GapRunner
 from readouts.gap.served import ServedGapRunner
 from readouts.gap.study import GapStudy
 from readouts.nsi import profile as nsi_profile
-from readouts.nsi.study import NsiProfile, NsiStudy
-from readouts.steer.study import SteerRunner
+from readouts.nsi.study import NsiProfile, NsiRunner, NsiStudy
+from readouts.steer.study import SteerRunner, SteerStudy
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="window-test", max_units=4, chunk_size=1,
                               orders={"D": 2, "J0": 2, "control": 1, "raw": 1}, j_samples=2, j_budget=6,
@@ -133,13 +133,24 @@ def test_an_nsi_window_gives_each_chunk_its_own_rows(tmp_path):
     assert_chunks_hold_their_records(paths[1], {"nsi_replies": "dilemma_id", "nsi_continuous": "dilemma_id"}, 1)
 
 
-def test_window_defaults_and_refusals(tmp_path):
-    assert window_for(None, "cuda", GapRunner) == WINDOW_DEFAULT["cuda"] > 1
-    assert window_for(None, "cpu", GapRunner) == 1 and window_for(5, "cpu", GapRunner) == 5
-    assert window_for(None, "cuda", SteerRunner) == 1 and window_for(None, "cuda", ServedGapRunner) == 1
-    with pytest.raises(ReadoutError, match="--window: SteerRunner computes one chunk at a time"):
-        window_for(2, "cuda", SteerRunner)
+def test_window_defaults_and_refusals(tmp_path, monkeypatch):
+    assert window_for(None, "cuda", True, "x") == WINDOW_DEFAULT["cuda"] > 1
+    assert window_for(None, "cpu", True, "x") == 1 and window_for(5, "cpu", True, "x") == 5
+    assert window_for(None, "cuda", False, "x") == 1
+    assert hasattr(GapRunner, "run_window") and hasattr(NsiRunner, "run_window")
+    assert not hasattr(SteerRunner, "run_window") and not hasattr(ServedGapRunner, "run_window")
     assert windows([[1], [2], [3]], 2) == [[1, 2], [3]]
+    assert windows([[1], [2], [3], [4], [5]], 2, world=2) == [[1, 3], [5], [2, 4]]  # each rank's chunks in turn
+    # Refused in one line before any model loads: the steering grid and served models read one chunk at a time.
+    import readouts.driver as driver
+
+    monkeypatch.setattr(driver, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(ReadoutError, match="^--window: the steering study computes one chunk at a time; use --window 1$"):
+        run(SteerStudy(), RunOptions(model=ModelOptions("tiny-qwen2"), out=str(tmp_path / "s"), progress=False, window=2))
+    served = RunOptions(model=ModelOptions("m", served=object()), out=str(tmp_path / "v"), progress=False, window=3)
+    with pytest.raises(ReadoutError, match="^--window: a served model's run computes one chunk at a time"):
+        run(GapStudy(), served)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "v").exists()
     options = RunOptions(model=ModelOptions("tiny-llama3"), profile=PROFILE.name, progress=False)
     _, _, header = plan_run(GapStudy(), options, "h200")
     assert f"decoded {WINDOW_DEFAULT['cuda']} chunks at a time" in header
@@ -190,3 +201,19 @@ def test_each_batch_is_read_on_its_rows_caches_which_are_then_let_go(tmp_path, m
     assert stores and all(s.added == 0 for s in stores)
     assert_same_tables(none, bounded, [("probes", "probe_id"), ("scenarios", "scenario_id")])
     assert_same_tables(free, bounded, [("probes", "probe_id")])
+
+
+def test_a_generate_that_never_hands_over_its_batches_is_refused(monkeypatch):
+    """The runner reads generated rows only as `generate` hands each batch over (`on_rollouts`): one that returns
+    without doing so would leave a stage with no reads, so the runner refuses it by name."""
+    import readouts.gap.recipe as recipe
+    from engine.generation import Rollout
+    from panels.schema import load_panel
+    from tests.conftest import get_model
+
+    lm = get_model("tiny-qwen2")
+    monkeypatch.setattr(recipe, "generate", lambda model, prompts, **kw: [[Rollout((1, 2), True, True)] * kw["n"]
+                                                                          for _ in prompts])
+    runner = recipe.GapRunner(lm, PROFILE, ("J",), 0, False, "gap-v1", "tiny-qwen2")
+    with pytest.raises(RuntimeError, match="without handing .* to on_rollouts"):
+        runner.run(load_panel("gap-v1").records[:1])
