@@ -23,7 +23,7 @@ from readouts.gap.served import ServedGapRunner
 from readouts.gap.study import GapStudy
 from readouts.nsi import profile as nsi_profile
 from readouts.nsi.study import NsiProfile, NsiRunner, NsiStudy
-from readouts.steer.study import SteerRunner, SteerStudy
+from readouts.steer.study import SteerRunner, SteerSettings, SteerStudy
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="window-test", max_units=4, chunk_size=1,
                               orders={"D": 2, "J0": 2, "control": 1, "raw": 1}, j_samples=2, j_budget=6,
@@ -146,7 +146,8 @@ def test_window_defaults_and_refusals(tmp_path, monkeypatch):
 
     monkeypatch.setattr(driver, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
     with pytest.raises(ReadoutError, match="^--window: the steering study computes one chunk at a time; use --window 1$"):
-        run(SteerStudy(), RunOptions(model=ModelOptions("tiny-qwen2"), out=str(tmp_path / "s"), progress=False, window=2))
+        run(SteerStudy(settings=SteerSettings(layers=(1,))),
+            RunOptions(model=ModelOptions("tiny-qwen2"), out=str(tmp_path / "s"), progress=False, window=2))
     served = RunOptions(model=ModelOptions("m", served=object()), out=str(tmp_path / "v"), progress=False, window=3)
     with pytest.raises(ReadoutError, match="^--window: a served model's run computes one chunk at a time"):
         run(GapStudy(), served)
