@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from transformers import AutoConfig  # noqa: E402
 
+from engine.decode import bucket  # noqa: E402
 from engine.loading import load_tokenizer_config  # noqa: E402
 from readouts.chunks import WINDOW_DEFAULT, windows  # noqa: E402
 from readouts.driver import ModelOptions, RunOptions, _resolve  # noqa: E402
@@ -50,6 +51,42 @@ def plan(study_name: str, arch: str, gpu: str, window: int):
     return rows, plan_lines(rows, size, gpu, header)
 
 
+def shapes(rows: list[dict]) -> list[dict]:
+    """The distinct decoding shapes of a plan (call label, row bucket, longest budget), with the rollouts per prompt,
+    how many batches run at each and their mean distinct prompt tokens: what scripts/gpu_check.py --shapes times."""
+    seen: dict[tuple, dict] = {}
+    for row in rows:
+        for label, n_rows, prompt_tokens, budget in row.get("decode_batches") or ():
+            key = (label, bucket(n_rows), budget)
+            s = seen.setdefault(key, dict(label=label, bucket=key[1], budget=budget, n=int(label.rsplit(" x", 1)[1]),
+                                          batches=0, prompt_tokens=0))
+            s["batches"] += 1
+            s["prompt_tokens"] += prompt_tokens
+    return [dict(s, prompt_tokens=s["prompt_tokens"] // s["batches"]) for s in seen.values()]
+
+
+def measured_total(rows: list[dict], check: dict) -> dict:
+    """A plan's seconds from one GPU run's figures (scripts/gpu_check.py --shapes on that architecture) instead of
+    the model's rates: each decoding batch steps its whole budget at the step time measured at its (call, bucket,
+    budget) shape, plus the loop's measured overhead per step (sampling, checks; generate_per_step less the step
+    alone); prompt tokens run (prefill, re-reads) at the D readout's measured computed tokens per second."""
+    steps = {(r["label"], r["bucket"], r["budget"]): r["seconds_per_step"] for r in check["step_grid"] if "seconds_per_step" in r}
+    overhead = max(0.0, check["generate_per_step"].get("loop_overhead_per_step") or 0.0)
+    rate = check["d_tokens_per_s"]
+    out = {"prefill_s": 0.0, "decode_s": 0.0, "reread_s": 0.0, "unmeasured_batches": 0}
+    for row in rows[:-1]:
+        out["prefill_s"] += row["computed_tokens"] / rate
+        out["reread_s"] += row["reread_tokens_max"] / rate
+        for label, n_rows, _, budget in row["decode_batches"]:
+            key = (label, bucket(n_rows), budget)
+            if key not in steps:
+                out["unmeasured_batches"] += 1
+                continue
+            out["decode_s"] += budget * (steps[key] + overhead)
+    out["total_s"] = out["prefill_s"] + out["decode_s"] + out["reread_s"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="h200")
@@ -57,7 +94,18 @@ def main() -> None:
     ap.add_argument("--windows", default=f"1,{WINDOW_DEFAULT['cuda']}", help="comma-separated --window values "
                     "(chunks decoded together; 1: every chunk alone, as before windows)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--shapes-out", default=None, help="write the gap-v2 plans' decoding shapes at the largest window, "
+                    "per architecture, to this JSON (scripts/gpu_check.py --shapes times them on a GPU)")
+    ap.add_argument("--measured", default=None, help="a folder of gpu_check_<arch>.json from one GPU run: each plan is "
+                    "also costed from those measured figures")
     a = ap.parse_args()
+    measured = {}
+    if a.measured:
+        for arch in gpu_check.ARCHS:
+            f = Path(a.measured) / f"gpu_check_{arch}.json"
+            if f.is_file() and "step_grid" in json.loads(f.read_text()):
+                measured[arch] = json.loads(f.read_text())
+    grid: dict[str, list] = {}
     md = [f"# plan_8b ({time.strftime('%Y-%m-%d %H:%M:%S')})", "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
     result = {"bench": "plan_8b", "gpu": a.gpu, "plans": []}
     sections = []
@@ -66,19 +114,37 @@ def main() -> None:
             for window in (int(w) for w in a.windows.split(",")):
                 rows, lines = plan(study_name, arch, a.gpu, window)
                 total = rows[-1]
-                result["plans"].append({"study": study_name, "arch": arch, "window": window, "total_s": total["total_s"],
-                                        "decode_s": total["decode_s"], "prefill_s": total["prefill_s"],
-                                        "reread_s": total["reread_s"]})
+                entry = {"study": study_name, "arch": arch, "window": window, "total_s": total["total_s"],
+                         "decode_s": total["decode_s"], "prefill_s": total["prefill_s"], "reread_s": total["reread_s"]}
+                if study_name == "gap-v2" and window == max(int(w) for w in a.windows.split(",")):
+                    grid[arch] = shapes(rows)
+                if arch in measured and study_name == "gap-v2":
+                    entry["measured"] = measured_total(rows, measured[arch])
+                    m = entry["measured"]
+                    lines.append(f"from the GPU run's figures: prefill {m['prefill_s'] / 60:.1f} min, decode {m['decode_s'] / 60:.1f} min, "
+                                 f"re-read {m['reread_s'] / 60:.1f} min, total {m['total_s'] / 60:.1f} min "
+                                 f"({m['unmeasured_batches']} batches at a shape not measured, left out)")
+                result["plans"].append(entry)
                 sections += [f"## {study_name}, {arch}, window {window}", "", "```", *lines, "```", ""]
                 print("\n".join(lines), "\n")
     md += ["| study | architecture | window | decode | re-read | total |", "|---|---|---|---|---|---|"]
     md += [f"| {p['study']} | {p['arch']} | {p['window']} | {p['decode_s'] / 60:.1f} min | {p['reread_s'] / 60:.1f} min "
            f"| **{p['total_s'] / 60:.1f} min** |" for p in result["plans"]]
+    if measured:
+        md += ["", "From one GPU run's figures (scripts/gpu_check.py --shapes; bench/results/gpu_check_<arch>.json): "
+               "each batch steps its budget at the measured step time of its shape plus the loop's measured overhead; "
+               "prompt tokens at the D readout's measured rate.", "",
+               "| study | architecture | window | decode | prefill + re-read | total | batches not measured |", "|---|---|---|---|---|---|---|"]
+        md += [f"| {p['study']} | {p['arch']} | {p['window']} | {p['measured']['decode_s'] / 60:.1f} min | "
+               f"{(p['measured']['prefill_s'] + p['measured']['reread_s']) / 60:.1f} min | **{p['measured']['total_s'] / 60:.1f} min** | "
+               f"{p['measured']['unmeasured_batches']} |" for p in result["plans"] if "measured" in p]
     md += ["", *sections]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan_8b.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "plan_8b.md").write_text("\n".join(md))
+    if a.shapes_out:
+        Path(a.shapes_out).write_text(json.dumps(grid, indent=2) + "\n")
 
 
 if __name__ == "__main__":

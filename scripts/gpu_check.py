@@ -88,6 +88,69 @@ def decode_speed(model, prompts, tokens, n, static, bounds, max_rows=1024):
                      share_of_matmul_bound=rate / (matmul / flops_per_row), share_of_floor=rate / (rows / step_floor))
 
 
+def step_grid(model, prompts, shapes, token_budget, steps=16):
+    """Seconds per decoding step on the static path (one CUDA graph per bucket on CUDA) at each shape the paper
+    profile's plan forms (bench/plan_8b_bench.py --shapes-out): `bucket` rows (`n` rollouts of each of bucket / n
+    distinct prompts, cycled from `prompts`) whose own keys/values are held for `budget` tokens. The static step
+    reads every own slot under a mask, so its cost does not depend on how far into the budget the batch is, and a
+    few steps measure it. Each row also records the bytes a step must read at least (weights, the prompts' and the
+    rows' whole own keys/values) and its share of the measured bandwidth."""
+    from engine.batching import kv_bytes_per_token
+    from engine.decode import Cascade
+
+    device = model.get_input_embeddings().weight.device
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv = kv_bytes_per_token(model)
+    rows_out = []
+    for shape in shapes:
+        rows, n, budget = shape["bucket"], shape["n"], shape["budget"]
+        k = -(-rows // n)
+        ps = [prompts[i % len(prompts)] for i in range(k)]
+        row_prompt = [i // n for i in range(rows)]
+        row = dict(shape, prompts=k, prompt_tokens=sum(len(p) for p in ps))
+        try:
+            state = Cascade(model, ps, row_prompt, budget, pad_id=0, token_budget=token_budget, max_rows=rows, static=True)
+            tok = state.step().argmax(-1)
+            for _ in range(3):  # the first replays
+                tok = state.step(tok).argmax(-1)
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                tok = state.step(tok).argmax(-1)
+            sync(device)
+            seconds = (time.perf_counter() - t0) / steps
+            read = weights + kv * (row["prompt_tokens"] + rows * budget)
+            row.update(seconds_per_step=seconds, cuda_graph=bool(getattr(state, "graph_used", False)),
+                       bytes_per_step=read, bytes_per_s=read / seconds)
+            del state
+        except torch.cuda.OutOfMemoryError as exc:
+            row.update(error=f"out of memory: {exc}".splitlines()[0])
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        rows_out.append(row)
+        shown = (f"{1e3 * row['seconds_per_step']:.2f} ms/step, {row['bytes_per_s'] / 1e9:.0f} GB/s read"
+                 if "seconds_per_step" in row else row["error"])
+        print(f"step {shape['label']:>42s}: {rows:4d} rows x {budget:5d}-token own buffers: {shown}", flush=True)
+    return rows_out
+
+
+def generate_per_step(model, prompts, shape, token_budget):
+    """The whole generation loop (sampling, checks, compaction, prefill) at one shape, every row to its budget:
+    seconds per step, to compare with step_grid's step alone."""
+    from engine.generation import generate
+
+    device = model.get_input_embeddings().weight.device
+    rows, n, budget = shape["bucket"], shape["n"], shape["budget"]
+    ps = [prompts[i % len(prompts)] for i in range(max(1, rows // n))]  # within the bucket
+    sync(device)
+    t0 = time.perf_counter()
+    generate(model, ps, max_new_tokens=budget, stop_ids=frozenset(), n=n, greedy_first=True, temperature=0.7, top_p=0.95,
+             token_budget=token_budget, max_rows=rows)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    return dict(shape, rows=len(ps) * n, seconds=seconds, seconds_per_step=seconds / budget)
+
+
 def sync(device):
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
@@ -133,6 +196,8 @@ def main():
                          "are about twice as long as a real tokenizer's)")
     ap.add_argument("--prepare-tokenizer", action="store_true",
                     help="copy the embedded SmolLM2's tokenizer into .gpu-tokenizer/ (to carry to a GPU machine) and exit")
+    ap.add_argument("--shapes", default=None, help="JSON of the decoding shapes to time per step (bench/plan_8b_bench.py "
+                    "--shapes-out writes the paper profile's, per architecture)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
     if args.prepare_tokenizer:
@@ -191,7 +256,11 @@ def main():
     sync(device)
     secs = time.perf_counter() - t0
     flops = 2 * body * stats.computed_tokens + 2 * head * len(seqs)
-    result = dict(arch=args.arch, device=device, tokenizer=tokenizer_name, params=params, matmul_tflops=rate / 1e12, d_probes=len(seqs),
+    import transformers
+
+    result = dict(arch=args.arch, device=device, gpu=torch.cuda.get_device_name() if device == "cuda" else None,
+                  torch=torch.__version__, transformers=transformers.__version__, tokenizer=tokenizer_name, params=params,
+                  matmul_tflops=rate / 1e12, d_probes=len(seqs),
                   d_seconds=secs, d_probes_per_s=len(seqs) / secs, d_prompt_tokens=stats.prompt_tokens,
                   d_computed_tokens=stats.computed_tokens, d_tokens_per_s=stats.computed_tokens / secs,
                   d_share_of_matmul=flops / secs / rate)
@@ -241,6 +310,24 @@ def main():
         print(f"decode {label}: static greedy tokens equal to dynamic: {same}")
     decode.Cascade._capture = capture
     result["decode"] = decode_rows
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if args.shapes:
+        shapes = json.loads(Path(args.shapes).read_text())[args.arch]
+        if args.tiny:
+            shapes = [dict(s, bucket=min(s["bucket"], 8), budget=min(s["budget"], 32)) for s in shapes[:2]]
+        result["step_grid"] = step_grid(model, prompts, shapes, args.token_budget)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        main_shape = max(shapes, key=lambda s: s["batches"] * s["budget"])  # where the plan spends most steps
+        e2e = generate_per_step(model, prompts, main_shape, args.token_budget)
+        grid = next((r for r in result["step_grid"] if r["label"] == main_shape["label"] and r["bucket"] == main_shape["bucket"]
+                     and r["budget"] == main_shape["budget"] and "seconds_per_step" in r), None)
+        e2e["loop_overhead_per_step"] = e2e["seconds_per_step"] - grid["seconds_per_step"] if grid else None
+        result["generate_per_step"] = e2e
+        print(f"generate at {main_shape['label']} ({e2e['rows']} rows, {main_shape['budget']} tokens each): "
+              f"{1e3 * e2e['seconds_per_step']:.2f} ms/step in all"
+              + (f", {1e3 * e2e['loop_overhead_per_step']:.2f} ms above the step alone" if grid else ""), flush=True)
     if device == "cuda":
         result["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
         print(f"peak memory {result['peak_memory_gb']:.1f} GB")

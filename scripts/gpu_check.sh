@@ -4,6 +4,8 @@
 # which must already hold torch. The packages the node's image lacks, or holds in an untested version, travel as
 # wheels in .whl/ ($WHEELS), installed from there with no index into $SITE; `make gpu-prep` fills .whl/ and puts
 # the embedded model's real tokenizer in .gpu-tokenizer/: carry both with the call (docs/gpu-and-clusters.md).
+# It runs scripts/gpu_equal.py (the graph path against references, on every tiny family in fp32; FAMILIES narrows
+# it), then scripts/gpu_check.py for each architecture in $ARCH (default: llama3 olmo3), each writing JSON to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON; elif [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
@@ -17,5 +19,14 @@ if ! "$PY" -c "import torch, transformers" 2> /dev/null; then
     echo "error: $PY cannot import torch and transformers; carry their wheels in $WHEELS/ (make gpu-prep) or run make install first" >&2
     exit 2
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
-"$PY" scripts/gpu_check.py --arch "${ARCH:-olmo3}" --out "${OUT:-/tmp}/gpu_check.json" "$@"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUTDIR=${OUT:-/tmp}
+# Each part in its own process under its own time limit: one that fails or overruns is reported and the rest run.
+status=0
+FAMILIES=${FAMILIES:-$("$PY" -c "from engine.tiny import FAMILIES; print(','.join(sorted(FAMILIES)))")}
+timeout "${EQUAL_SECONDS:-180}" "$PY" scripts/gpu_equal.py --families "$FAMILIES" --out "$OUTDIR/gpu_equal.json" || status=1
+for arch in ${ARCH:-llama3 olmo3}; do
+    timeout "${ARCH_SECONDS:-300}" "$PY" scripts/gpu_check.py --arch "$arch" --shapes bench/gpu_shapes.json \
+        --out "$OUTDIR/gpu_check_$arch.json" "$@" || status=1
+done
+exit $status

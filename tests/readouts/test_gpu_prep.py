@@ -116,15 +116,20 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     from engine import embedded
 
     tokenizer = embedded.ensure_smollm2()
-    env.update(PYTHON=str(python), WHEELS=str(BARE_WHEELS), SITE=str(tmp_path / "site"), OUT=str(tmp_path))
+    env.update(PYTHON=str(python), WHEELS=str(BARE_WHEELS), SITE=str(tmp_path / "site"), OUT=str(tmp_path),
+               ARCH="llama3", FAMILIES="tiny-llama3")
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--tokenizer", str(tokenizer)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"prompt tokenizer: {tokenizer}" in proc.stdout
     assert "D readout:" in proc.stdout and "decode batch 1, static shapes" in proc.stdout
-    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    result = json.loads((tmp_path / "gpu_check_llama3.json").read_text())
     assert result["d_probes"] == 32 and len(result["decode"]) == 4
     assert all(row["greedy_equal_to_dynamic"] for row in result["decode"] if "greedy_equal_to_dynamic" in row)
+    assert result["step_grid"] and all(row["seconds_per_step"] > 0 for row in result["step_grid"])
+    assert result["generate_per_step"]["rows"] >= 1 and result["generate_per_step"]["seconds_per_step"] > 0
+    equal = json.loads((tmp_path / "gpu_equal.json").read_text())  # the graph path's checks, eager on CPU
+    assert len(equal["results"]) == 4 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
 
     # Without the wheels the same venv is refused in one line naming what it lacks.
     env.update(WHEELS=str(tmp_path / "no-wheels"))
