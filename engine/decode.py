@@ -20,6 +20,7 @@ left-padded, the prefill cache repeated for each rollout and grown by the model 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import warnings
 from typing import Sequence
@@ -49,6 +50,25 @@ USE_FLASH_CPU = True
 def bucket(rows: int) -> int:
     """The row count a static batch of `rows` rows runs at: the next power of two (one CUDA graph per bucket)."""
     return 1 << max(0, rows - 1).bit_length()
+
+
+def padding_prompts(row_prompt: Sequence[int], pad: int) -> list[int]:
+    """The prompts of `pad` padding rows for a static batch whose rows read `row_prompt`: each to a prompt with the
+    fewest rows so far, so that the prompt-grouped grid (as wide as the most rows any prompt has) stays as narrow
+    as the bucket allows. Padding every row to one prompt would widen it to that prompt's rows plus all the padding:
+    576 rows of 64 prompts in the bucket of 1,024 made a grid of 64 x 457 slots instead of 64 x 16 (measured on an
+    H200: the step 7.5 times slower than the dynamic path's)."""
+    counts: dict[int, int] = {}
+    for p in row_prompt:
+        counts[p] = counts.get(p, 0) + 1
+    heap = [(c, p) for p, c in counts.items()]
+    heapq.heapify(heap)
+    out = []
+    for _ in range(pad):
+        c, p = heapq.heappop(heap)
+        out.append(p)
+        heapq.heappush(heap, (c + 1, p))
+    return out
 
 
 def cascade_config(cfg) -> bool:
@@ -121,7 +141,7 @@ class Cascade:
         valid = torch.arange(longest, device=self.device)[None, :] < (self.lengths[:, None] - 1)
         self.prompt_bias = torch.zeros(valid.shape, device=self.device).masked_fill_(~valid, float("-inf"))[:, None, None, :]
         self.rows = len(row_prompt)  # the batch's rows; a static batch pads them to its bucket with copies
-        self.row_prompt = list(row_prompt) + [row_prompt[-1]] * ((bucket(len(row_prompt)) - len(row_prompt)) if static else 0)
+        self.row_prompt = list(row_prompt) + (padding_prompts(row_prompt, bucket(len(row_prompt)) - len(row_prompt)) if static else [])
         self.reach = int(self.lengths.max()) + budget  # beyond the last position any row reaches
         self.fused = (USE_FLASH_CPU and _FLASH_CPU is not None and self.device.type == "cpu" and bool(self.kp)
                       and min(len(p) for p in self.prompts) > 1)
@@ -182,8 +202,11 @@ class Cascade:
         """Drop every row not in `rows` (indices of the current rows, ascending), and the prompts left without rows."""
         rows = list(rows)
         self.rows = len(rows)
-        if self.static:  # down to the bucket that holds the rows, padded with copies of the last; a new graph
-            rows = rows + [rows[-1]] * (bucket(len(rows)) - len(rows))
+        if self.static:  # down to the bucket that holds the rows, padded with copies of rows; a new graph
+            first: dict[int, int] = {}
+            for r in rows:
+                first.setdefault(self.row_prompt[r], r)
+            rows = rows + [first[p] for p in padding_prompts([self.row_prompt[r] for r in rows], bucket(len(rows)) - len(rows))]
             self._graph = None
         idx = torch.tensor(rows, device=self.device)
         used = self.step_index

@@ -11,6 +11,7 @@ both measured in the same run. One call of the device tool runs it:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -123,6 +124,7 @@ def step_grid(model, prompts, shapes, token_budget, steps=16):
             row.update(seconds_per_step=seconds, cuda_graph=bool(getattr(state, "graph_used", False)),
                        bytes_per_step=read, bytes_per_s=read / seconds)
             del state
+            gc.collect()
         except torch.cuda.OutOfMemoryError as exc:
             row.update(error=f"out of memory: {exc}".splitlines()[0])
         if device.type == "cuda":
@@ -149,6 +151,41 @@ def generate_per_step(model, prompts, shape, token_budget):
     sync(device)
     seconds = time.perf_counter() - t0
     return dict(shape, rows=len(ps) * n, seconds=seconds, seconds_per_step=seconds / budget)
+
+
+def d_readout(model, tok, scenarios, args, body, head, rate, result):
+    """The D readout (agent frame, primary and twin, `args.orders` option orders) on `scenarios`: probes/s and
+    computed (prefill) tokens/s, into `result`."""
+    from engine.letters import resolve_letters
+    from engine.render import Prompt, encode_prompt
+    from engine.scoring import ScoreStats, score_ids
+    from panels.frames import render
+    from panels.orders import option_orders
+
+    device = model.get_input_embeddings().weight.device
+    seqs, letters = [], []
+    for s in scenarios:
+        lt = resolve_letters(tok, "ABCDE"[: len(s.options)])
+        for cell in ("primary", "twin"):
+            for order in option_orders(len(s.options), args.orders, 0, f"{s.id}|D"):
+                r = render(s, "agent", cell, order)
+                seqs.append(encode_prompt(tok, Prompt(messages=r.messages)))
+                letters.append(lt)
+    score_ids(model, seqs[:8], letters[:8], token_budget=args.token_budget)  # warm-up
+    sync(device)
+    stats = ScoreStats()
+    t0 = time.perf_counter()
+    score_ids(model, seqs, letters, token_budget=args.token_budget, stats=stats)
+    sync(device)
+    secs = time.perf_counter() - t0
+    flops = 2 * body * stats.computed_tokens + 2 * head * len(seqs)
+    result.update(d_probes=len(seqs), d_seconds=secs, d_probes_per_s=len(seqs) / secs, d_prompt_tokens=stats.prompt_tokens,
+                  d_computed_tokens=stats.computed_tokens, d_tokens_per_s=stats.computed_tokens / secs,
+                  d_share_of_matmul=flops / secs / rate)
+    print(f"D readout: {len(seqs)} probes in {secs:.1f} s = {len(seqs) / secs:.1f} probes/s; "
+          f"{stats.computed_tokens / secs:.0f} computed tokens/s ({stats.computed_tokens / stats.prompt_tokens:.2f} per prompt token); "
+          f"{100 * flops / secs / rate:.1f}% of the matmul rate")
+
 
 
 def sync(device):
@@ -198,8 +235,11 @@ def main():
                     help="copy the embedded SmolLM2's tokenizer into .gpu-tokenizer/ (to carry to a GPU machine) and exit")
     ap.add_argument("--shapes", default=None, help="JSON of the decoding shapes to time per step (bench/plan_8b_bench.py "
                     "--shapes-out writes the paper profile's, per architecture)")
+    ap.add_argument("--parts", default="d,gen,decode,grid", help="comma-separated, of d (the D readout's prefill rate), "
+                    "gen (batched generation), decode (batch 1 and large, dynamic and graph), grid (--shapes' step times)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     if args.prepare_tokenizer:
         from engine import embedded
 
@@ -211,11 +251,8 @@ def main():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from engine.generation import generate
-    from engine.letters import resolve_letters
     from engine.render import Prompt, encode_prompt
-    from engine.scoring import ScoreStats, score_ids
     from panels.frames import render
-    from panels.orders import option_orders
     from panels.schema import load_panel
 
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
@@ -239,80 +276,65 @@ def main():
     rate = matmul_rate(device, dtype, n=8192 if device == "cuda" else 512, reps=20 if device == "cuda" else 3)
     print(f"dense matmul: {rate / 1e12:.1f} TFLOP/s")
 
-    scenarios = load_panel("gap-v1").records[: args.scenarios]
-    seqs, letters = [], []
-    for s in scenarios:
-        lt = resolve_letters(tok, "ABCDE"[: len(s.options)])
-        for cell in ("primary", "twin"):
-            for order in option_orders(len(s.options), args.orders, 0, f"{s.id}|D"):
-                r = render(s, "agent", cell, order)
-                seqs.append(encode_prompt(tok, Prompt(messages=r.messages)))
-                letters.append(lt)
-    score_ids(model, seqs[:8], letters[:8], token_budget=args.token_budget)  # warm-up
-    sync(device)
-    stats = ScoreStats()
-    t0 = time.perf_counter()
-    score_ids(model, seqs, letters, token_budget=args.token_budget, stats=stats)
-    sync(device)
-    secs = time.perf_counter() - t0
-    flops = 2 * body * stats.computed_tokens + 2 * head * len(seqs)
     import transformers
 
     result = dict(arch=args.arch, device=device, gpu=torch.cuda.get_device_name() if device == "cuda" else None,
                   torch=torch.__version__, transformers=transformers.__version__, tokenizer=tokenizer_name, params=params,
-                  matmul_tflops=rate / 1e12, d_probes=len(seqs),
-                  d_seconds=secs, d_probes_per_s=len(seqs) / secs, d_prompt_tokens=stats.prompt_tokens,
-                  d_computed_tokens=stats.computed_tokens, d_tokens_per_s=stats.computed_tokens / secs,
-                  d_share_of_matmul=flops / secs / rate)
-    print(f"D readout: {len(seqs)} probes in {secs:.1f} s = {len(seqs) / secs:.1f} probes/s; "
-          f"{stats.computed_tokens / secs:.0f} computed tokens/s ({stats.computed_tokens / stats.prompt_tokens:.2f} per prompt token); "
-          f"{100 * flops / secs / rate:.1f}% of the matmul rate")
-
+                  matmul_tflops=rate / 1e12, parts=sorted(parts))
+    scenarios = load_panel("gap-v1").records[: args.scenarios]
     prompts = [encode_prompt(tok, Prompt(messages=render(s, "judge_1").messages)) for s in scenarios[: args.gen_prompts]]
-    t0 = time.perf_counter()
-    out = generate(model, prompts, max_new_tokens=args.gen_tokens, stop_ids=frozenset(), n=9, greedy_first=True,
-                   temperature=0.7, token_budget=args.token_budget, max_rows=1024)
-    sync(device)
-    secs = time.perf_counter() - t0
-    new = sum(len(r.tokens) for rs in out for r in rs)
-    prefill = sum(len(p) for p in prompts)  # one prefill per prompt, shared by its 9 rollouts
-    gen_flops = 2 * body * (prefill + new) + 2 * head * (len(prompts) + new)
-    result.update(gen_rollouts=sum(len(rs) for rs in out), gen_tokens=new, gen_seconds=secs, gen_tokens_per_s=new / secs,
-                  gen_share_of_matmul=gen_flops / secs / rate)
-    print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s; "
-          f"{100 * gen_flops / secs / rate:.1f}% of the matmul rate")
-    # Decoding speed at batch 1 and at a large batch, dynamic and static shapes (CUDA graphs on CUDA).
-    import engine.decode as decode
+    if "d" in parts:
+        d_readout(model, tok, scenarios, args, body, head, rate, result)
+    if "gen" in parts:
+        t0 = time.perf_counter()
+        out = generate(model, prompts, max_new_tokens=args.gen_tokens, stop_ids=frozenset(), n=9, greedy_first=True,
+                       temperature=0.7, token_budget=args.token_budget, max_rows=1024)
+        sync(device)
+        secs = time.perf_counter() - t0
+        new = sum(len(r.tokens) for rs in out for r in rs)
+        prefill = sum(len(p) for p in prompts)  # one prefill per prompt, shared by its 9 rollouts
+        gen_flops = 2 * body * (prefill + new) + 2 * head * (len(prompts) + new)
+        result.update(gen_rollouts=sum(len(rs) for rs in out), gen_tokens=new, gen_seconds=secs, gen_tokens_per_s=new / secs,
+                      gen_share_of_matmul=gen_flops / secs / rate)
+        print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s; "
+              f"{100 * gen_flops / secs / rate:.1f}% of the matmul rate")
+    if "decode" in parts:  # decoding speed at batch 1 and at a large batch, dynamic and static shapes (CUDA graphs on CUDA).
+        import engine.decode as decode
 
-    captured = []
-    capture = decode.Cascade._capture
-    decode.Cascade._capture = lambda self: (capture(self), captured.append(True))[0]
-    bandwidth = copy_bandwidth(device, 2048 if device == "cuda" else 64, 10 if device == "cuda" else 3)
-    itemsize = next(model.parameters()).element_size()
-    bounds = ((body + head) * itemsize, 2 * (body + head), rate, bandwidth)
-    result["hbm_gb_per_s"] = bandwidth / 1e9
-    print(f"memory bandwidth (copy): {bandwidth / 1e9:.0f} GB/s")
-    one = prompts[:1]
-    large = prompts[: args.gen_prompts]
-    decode_rows = []
-    for label, ps, n in (("batch 1", one, 1), (f"batch {len(large) * 9}", large, 9)):
-        outs = {}
-        for static in (False, True):
-            before = len(captured)
-            outs[static], row = decode_speed(model, ps, args.gen_tokens, n, static, bounds)
-            row.update(batch=label, cuda_graph=len(captured) > before)
-            decode_rows.append(row)
-            print(f"decode {label}, {'static' if static else 'dynamic'} shapes{' + CUDA graph' if row['cuda_graph'] else ''}: "
-                  f"{row['decode_tokens_per_s']:.0f} tokens/s = {100 * row['share_of_bandwidth_bound']:.0f}% of the bandwidth bound, "
-                  f"{100 * row['share_of_matmul_bound']:.1f}% of the matmul bound, {100 * row['share_of_floor']:.0f}% of the larger bound")
-        same = outs[False] == outs[True]
-        decode_rows[-1]["greedy_equal_to_dynamic"] = same
-        print(f"decode {label}: static greedy tokens equal to dynamic: {same}")
-    decode.Cascade._capture = capture
-    result["decode"] = decode_rows
+        captured = []
+        capture = decode.Cascade._capture
+        decode.Cascade._capture = lambda self: (capture(self), captured.append(True))[0]
+        bandwidth = copy_bandwidth(device, 2048 if device == "cuda" else 64, 10 if device == "cuda" else 3)
+        itemsize = next(model.parameters()).element_size()
+        bounds = ((body + head) * itemsize, 2 * (body + head), rate, bandwidth)
+        result["hbm_gb_per_s"] = bandwidth / 1e9
+        print(f"memory bandwidth (copy): {bandwidth / 1e9:.0f} GB/s")
+        one = prompts[:1]
+        large = prompts[: args.gen_prompts]
+        decode_rows = []
+        for label, ps, n in (("batch 1", one, 1), (f"batch {len(large) * 9}", large, 9)):
+            outs = {}
+            for static in (False, True):
+                before = len(captured)
+                outs[static], row = decode_speed(model, ps, args.gen_tokens, n, static, bounds)
+                row.update(batch=label, cuda_graph=len(captured) > before)
+                decode_rows.append(row)
+                print(f"decode {label}, {'static' if static else 'dynamic'} shapes{' + CUDA graph' if row['cuda_graph'] else ''}: "
+                      f"{row['decode_tokens_per_s']:.0f} tokens/s = {100 * row['share_of_bandwidth_bound']:.0f}% of the bandwidth bound, "
+                      f"{100 * row['share_of_matmul_bound']:.1f}% of the matmul bound, {100 * row['share_of_floor']:.0f}% of the larger bound")
+            same = outs[False] == outs[True]
+            decode_rows[-1]["greedy_equal_to_dynamic"] = same
+            print(f"decode {label}: static greedy tokens equal to dynamic: {same}")
+        decode.Cascade._capture = capture
+        result["decode"] = decode_rows
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    if args.shapes:
+    if args.shapes and "grid" in parts:
+        gc.collect()  # what the parts before held (dead batches, graphs) goes before the grid's largest shapes
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            result["allocated_gb_before_grid"] = torch.cuda.memory_allocated() / 1e9
+            print(f"allocated before the grid: {result['allocated_gb_before_grid']:.1f} GB", flush=True)
         shapes = json.loads(Path(args.shapes).read_text())[args.arch]
         if args.tiny:
             shapes = [dict(s, bucket=min(s["bucket"], 8), budget=min(s["budget"], 32)) for s in shapes[:2]]
