@@ -48,18 +48,19 @@ def plan(study_name: str, arch: str, gpu: str, window: int):
     header = (f"plan: {arch} architecture (SmolLM2's tokenizer) on {panel}, profile paper, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     rows = plan_table(stages, size, gpu)
-    return rows, plan_lines(rows, size, gpu, header)
+    return rows, plan_lines(rows, size, gpu, header), job.profile
 
 
-def shapes(rows: list[dict]) -> list[dict]:
+def shapes(rows: list[dict], profile) -> list[dict]:
     """The distinct decoding shapes of a plan (call label, row bucket, longest budget), with the rollouts per prompt,
-    how many batches run at each and their mean distinct prompt tokens: what scripts/gpu_check.py --shapes times."""
+    how many batches run at each, their mean distinct prompt tokens and the profile's sampling (temperature, top-p):
+    what scripts/gpu_check.py --shapes times."""
     seen: dict[tuple, dict] = {}
     for row in rows:
         for label, n_rows, prompt_tokens, budget in row.get("decode_batches") or ():
             key = (label, bucket(n_rows), budget)
             s = seen.setdefault(key, dict(label=label, bucket=key[1], budget=budget, n=int(label.rsplit(" x", 1)[1]),
-                                          batches=0, prompt_tokens=0))
+                                          batches=0, prompt_tokens=0, temperature=profile.temperature, top_p=profile.top_p))
             s["batches"] += 1
             s["prompt_tokens"] += prompt_tokens
     return [dict(s, prompt_tokens=s["prompt_tokens"] // s["batches"]) for s in seen.values()]
@@ -112,12 +113,12 @@ def main() -> None:
     for study_name in a.studies.split(","):
         for arch in gpu_check.ARCHS:
             for window in (int(w) for w in a.windows.split(",")):
-                rows, lines = plan(study_name, arch, a.gpu, window)
+                rows, lines, profile = plan(study_name, arch, a.gpu, window)
                 total = rows[-1]
                 entry = {"study": study_name, "arch": arch, "window": window, "total_s": total["total_s"],
                          "decode_s": total["decode_s"], "prefill_s": total["prefill_s"], "reread_s": total["reread_s"]}
                 if study_name == "gap-v2" and window == max(int(w) for w in a.windows.split(",")):
-                    grid[arch] = shapes(rows)
+                    grid[arch] = shapes(rows, profile)
                 if arch in measured and study_name == "gap-v2":
                     entry["measured"] = measured_total(rows, measured[arch])
                     m = entry["measured"]

@@ -110,25 +110,17 @@ def step_grid(model, prompts, shapes, token_budget, steps=16):
         row_prompt = [i // n for i in range(rows)]
         row = dict(shape, prompts=k, prompt_tokens=sum(len(p) for p in ps))
         try:
-            state = Cascade(model, ps, row_prompt, budget, pad_id=0, token_budget=token_budget, max_rows=rows, static=True)
-            tok = state.step().argmax(-1)
-            for _ in range(3):  # the first replays
-                tok = state.step(tok).argmax(-1)
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                tok = state.step(tok).argmax(-1)
-            sync(device)
-            seconds = (time.perf_counter() - t0) / steps
+            with torch.inference_mode():  # as generate runs its steps (without it autograd keeps every step's activations)
+                seconds = _time_steps(Cascade(model, ps, row_prompt, budget, pad_id=0, token_budget=token_budget,
+                                              max_rows=rows, static=True), steps, row)
             read = weights + kv * (row["prompt_tokens"] + rows * budget)
-            row.update(seconds_per_step=seconds, cuda_graph=bool(getattr(state, "graph_used", False)),
-                       bytes_per_step=read, bytes_per_s=read / seconds)
-            del state
-            gc.collect()
+            row.update(seconds_per_step=seconds, bytes_per_step=read, bytes_per_s=read / seconds)
         except torch.cuda.OutOfMemoryError as exc:
             row.update(error=f"out of memory: {exc}".splitlines()[0])
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        finally:  # a failed shape's tensors (held by its traceback's frames) go before the next shape
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         rows_out.append(row)
         shown = (f"{1e3 * row['seconds_per_step']:.2f} ms/step, {row['bytes_per_s'] / 1e9:.0f} GB/s read"
                  if "seconds_per_step" in row else row["error"])
@@ -136,9 +128,25 @@ def step_grid(model, prompts, shapes, token_budget, steps=16):
     return rows_out
 
 
+def _time_steps(state, steps: int, row: dict) -> float:
+    """Seconds per step of a static decode state after its first step (eager, then captured) and 3 replays."""
+    device = state.device
+    tok = state.step().argmax(-1)
+    for _ in range(3):
+        tok = state.step(tok).argmax(-1)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        tok = state.step(tok).argmax(-1)
+    sync(device)
+    row["cuda_graph"] = bool(getattr(state, "graph_used", False))
+    return (time.perf_counter() - t0) / steps
+
+
 def generate_per_step(model, prompts, shape, token_budget):
-    """The whole generation loop (sampling, checks, compaction, prefill) at one shape, every row to its budget:
-    seconds per step, to compare with step_grid's step alone."""
+    """The whole generation loop (sampling, checks, compaction, prefill) at one shape, every row to its budget,
+    sampled as the plan's profile samples (the shape's temperature and top-p, the first rollout greedy): seconds
+    per step, to compare with step_grid's step alone."""
     from engine.generation import generate
 
     device = model.get_input_embeddings().weight.device
@@ -146,8 +154,8 @@ def generate_per_step(model, prompts, shape, token_budget):
     ps = [prompts[i % len(prompts)] for i in range(max(1, rows // n))]  # within the bucket
     sync(device)
     t0 = time.perf_counter()
-    generate(model, ps, max_new_tokens=budget, stop_ids=frozenset(), n=n, greedy_first=True, temperature=0.7, top_p=0.95,
-             token_budget=token_budget, max_rows=rows)
+    generate(model, ps, max_new_tokens=budget, stop_ids=frozenset(), n=n, greedy_first=True, temperature=shape["temperature"],
+             top_p=shape["top_p"], token_budget=token_budget, max_rows=rows)
     sync(device)
     seconds = time.perf_counter() - t0
     return dict(shape, rows=len(ps) * n, seconds=seconds, seconds_per_step=seconds / budget)
@@ -339,6 +347,7 @@ def main():
         if args.tiny:
             shapes = [dict(s, bucket=min(s["bucket"], 8), budget=min(s["budget"], 32)) for s in shapes[:2]]
         result["step_grid"] = step_grid(model, prompts, shapes, args.token_budget)
+        result["step_grid_inference_mode"] = True  # earlier checks timed the grid with autograd on (not valid)
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         main_shape = max(shapes, key=lambda s: s["batches"] * s["budget"])  # where the plan spends most steps

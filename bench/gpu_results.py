@@ -1,0 +1,73 @@
+"""One GPU check's figures as a table: bench/results/gpu/<run>/ holds what `bash scripts/gpu_check.sh` wrote on a
+lent GPU (gpu_equal.json, gpu_check_<arch>.json, its log); this writes bench/results/gpu_check.md from every such
+run, newest last. The figures are the device's; nothing here measures anything.
+
+    python bench/gpu_results.py                 # after copying a run's $OUT to bench/results/gpu/<date>-<letter>/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "bench" / "results" / "gpu"
+
+
+def run_lines(folder: Path) -> list[str]:
+    lines = [f"## {folder.name}", ""]
+    equal = folder / "gpu_equal.json"
+    if equal.is_file():
+        e = json.loads(equal.read_text())
+        bad = [f"{r['family']} {r['check']}" for r in e["results"] if not r["ok"]]
+        lines += [f"- graph path against references (scripts/gpu_equal.py, fp32, {len({r['family'] for r in e['results']})} tiny "
+                  f"families, torch {e['torch']} on {e['device']}): {sum(r['ok'] for r in e['results'])} of {len(e['results'])} "
+                  "checks passed" + (f"; failed: {', '.join(bad)}" if bad else ""), ""]
+    for f in sorted(folder.glob("gpu_check_*.json")):
+        c = json.loads(f.read_text())
+        lines += [f"### {c['arch']} ({c['params'] / 1e9:.2f} B parameters, random bf16 weights; {c.get('gpu')}, torch "
+                  f"{c.get('torch')}, transformers {c.get('transformers')})", ""]
+        facts = [f"dense bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s"]
+        if "hbm_gb_per_s" in c:
+            facts.append(f"copy bandwidth {c['hbm_gb_per_s']:.0f} GB/s")
+        if "d_tokens_per_s" in c:
+            facts.append(f"D readout {c['d_probes']} probes in {c['d_seconds']:.1f} s ({c['d_probes_per_s']:.0f} probes/s, "
+                         f"{c['d_tokens_per_s']:.0f} computed tokens/s, {100 * c['d_share_of_matmul']:.1f}% of the matmul rate)")
+        if "gen_tokens_per_s" in c:
+            facts.append(f"generation {c['gen_rollouts']} rollouts x {c['gen_tokens'] // c['gen_rollouts']} tokens: "
+                         f"{c['gen_tokens_per_s']:.0f} new tokens/s")
+        lines += [f"- {x}" for x in facts] + [""]
+        if c.get("decode"):
+            lines += ["| batch | path | new tokens/s | ms per step | share of the larger bound |", "|---|---|---|---|---|"]
+            for r in c["decode"]:
+                path = "static + CUDA graph" if r["cuda_graph"] else ("static" if r["static"] else "dynamic")
+                lines.append(f"| {r['batch']} | {path} | {r['decode_tokens_per_s']:.0f} | "
+                             f"{1e3 * r['rows'] / r['decode_tokens_per_s']:.1f} | {100 * r['share_of_floor']:.0f}% |")
+            lines.append("")
+        if c.get("step_grid"):
+            valid = c.get("step_grid_inference_mode", False)
+            lines.append("Step times at the paper plan's shapes" + ("" if valid else " (timed with autograd on, so not "
+                         "valid: a shape's steps kept their activations and the larger shapes ran out of memory)") + ":")
+            lines += ["", "| call | rows (bucket) | own budget | ms per step | read GB/s |", "|---|---|---|---|---|"]
+            for r in c["step_grid"]:
+                t = f"{1e3 * r['seconds_per_step']:.2f} | {r['bytes_per_s'] / 1e9:.0f}" if "seconds_per_step" in r else "out of memory |"
+                lines.append(f"| {r['label']} | {r['bucket']} | {r['budget']} | {t} |")
+            lines.append("")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default=str(RUNS))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_check.md"))
+    a = ap.parse_args()
+    md = ["# GPU checks", "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
+    for folder in sorted(p for p in Path(a.runs).iterdir() if p.is_dir()):
+        notes = folder / "NOTES.md"
+        md += run_lines(folder) + ([notes.read_text().strip(), ""] if notes.is_file() else [])
+    Path(a.out).write_text("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
