@@ -22,7 +22,8 @@ from typing import Sequence
 import torch
 
 from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, kv_bytes_per_token, pad_rows
-from engine.decode import Cascade, Dense, supports_cascade
+from engine.decode import Cascade, supports_cascade
+from engine.dense_decode import Dense
 from engine.packed import packed_linears
 from engine.rowcache import default_limit
 from engine.sampling import derive_seed, tempered_distribution
