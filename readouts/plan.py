@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from engine.batching import DEFAULT_BOUNDS, GENERATION_CACHE_SHARE
-from engine.decode import bucket, cascade_config
+from engine.decode import bucket, cascade_config, mean_own_span
 from engine.errors import ReadoutError
 from engine.generation import BatchBounds
 from engine.planner import plan_prefix_groups, planned_tokens
@@ -89,6 +89,9 @@ class ModelSize:
     kv_bytes_per_token: int
     host_ops_per_step: int = 0
     """Kernel launches per decoding step (HOST_OPS): the host's side of a step."""
+    static: bool = False
+    """Whether CUDA decodes it with static shapes (the cascade backend): a step runs its batch's row bucket and reads
+    its own buffers whole (engine.decode.own_span), not only the slots written."""
 
 
 def model_size(config, dtype_bytes: int = 2) -> ModelSize:
@@ -111,7 +114,7 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
     else:
         per_layer = HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
         ops = HOST_OPS["dynamic_outside_forward"] + layers * per_layer
-    return ModelSize(params, params * dtype_bytes, kv, ops)
+    return ModelSize(params, params * dtype_bytes, kv, ops, cascade_config(config))
 
 
 def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int | None = None) -> BatchBounds:
@@ -133,7 +136,11 @@ def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
     host = size.host_ops_per_step * LAUNCH_SECONDS  # the host launches the next step while the device runs this one
     decode = 0.0
     for _, rows, prompt_tokens, budget in stage.decode_batches:  # each batch as generate forms it
-        held = prompt_tokens + rows * budget / 2  # keys/values a step reads, on average
+        if size.static:  # the row bucket steps, each row reading its own buffer whole (doubling up to the budget)
+            rows = bucket(rows)
+            held = prompt_tokens + rows * mean_own_span(budget)
+        else:
+            held = prompt_tokens + rows * budget / 2  # keys/values a step reads, on average
         device = max((size.weight_bytes + held * size.kv_bytes_per_token) / bandwidth, rows * 2 * size.params / matmul)
         decode += budget * max(device, host)
     reread = stage.reread_tokens_max * 2 * size.params / matmul

@@ -3,7 +3,8 @@ a CUDA graph and replays it, which CPU runs (tests/engine/test_steps.py) execute
 in fp32 on the GPU, this checks against references computed without the code under test's fast paths:
 
 - rollouts (greedy and sampled, stops, mixed budgets, a tied length, compaction across buckets, a check every 3
-  steps) through the graph path equal the dynamic path's, and at least one graph was captured and replayed;
+  steps) through the graph path equal the dynamic path's, and at least one graph was captured and replayed; and
+  again with the rows' own buffers doubling from 2 tokens (a new graph at each doubling);
 - greedy rollouts through the graph path equal a plain decoder (the whole sequence through the model for every
   token, no cache);
 - letter masses read by the fast path (prefix trees, batching), and read after the anchor from the rows' own
@@ -120,6 +121,21 @@ def check_graph_rollouts(lm, prompts, graphs_expected):
                     some_rows_stopped_others_not=stopped == [False, True])
 
 
+def check_doubling_own_buffers(lm, prompts, graphs_expected):
+    """The same rollouts with the own buffers starting at 2 tokens, so that they double (a new graph each time)
+    within the budget of 11."""
+    block = decode.OWN_BLOCK
+    grow = decode.Cascade._grow
+    spans = []
+    decode.OWN_BLOCK = 2
+    decode.Cascade._grow = lambda state, span: (spans.append(span), grow(state, span))[1]
+    try:
+        ok, detail = check_graph_rollouts(lm, prompts, graphs_expected)
+    finally:
+        decode.OWN_BLOCK, decode.Cascade._grow = block, grow
+    return ok and bool(spans), dict(detail, own_buffer_spans=spans)
+
+
 def check_greedy_plain(lm, prompts, graphs_expected):
     stop = stop_token_ids(lm.tokenizer, lm.model)
     ref = [plain_greedy(lm.model, p, 12, stop) for p in prompts]
@@ -172,6 +188,7 @@ def check_no_sync_between_checks(lm, prompts, graphs_expected):
 
 
 CHECKS = {"graph_rollouts_equal_dynamic": check_graph_rollouts, "graph_greedy_equals_plain_decoder": check_greedy_plain,
+          "graph_rollouts_with_doubling_own_buffers": check_doubling_own_buffers,
           "letters_and_row_cache_rereads_equal_plain": check_letters_and_rereads,
           "no_host_sync_between_checks": check_no_sync_between_checks}
 

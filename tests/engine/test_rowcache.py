@@ -79,3 +79,21 @@ def test_smollm2_reads_from_row_caches(models):
     letters = [lm.letters("AB")] * len(reads)
     assert _diff(score_ids(lm.model, reads, letters, prefix_reuse=False),
                  score_ids(lm.model, reads, letters, known_prefixes=store)) < 1e-4
+
+
+def test_row_caches_from_doubling_static_buffers(monkeypatch):
+    """Rows decoded with static shapes whose own buffers doubled (from 2 tokens) hand over the same keys/values:
+    reads on them equal the plain one-prompt forward."""
+    import engine.decode as decode
+
+    monkeypatch.setattr(decode, "OWN_BLOCK", 2)
+    lm = get_model("tiny-olmo3")
+    prompts = [encode_prompt(lm.tokenizer, Prompt(text=f"Case {i}: which option, A or B? " + "Think. " * (2 * i)))
+               for i in range(2)]
+    store = RowCaches()
+    rollouts = generate(lm.model, prompts, max_new_tokens=[9, 5], stop_ids=frozenset(), n=2, greedy_first=True,
+                        temperature=0.8, seeds=[1, 2], row_kv=store, static_shapes=True)
+    assert store.rows_held == 4
+    reads = _reads(lm, prompts, rollouts)
+    letters = [lm.letters("AB")] * len(reads)
+    assert _diff(score_ids(lm.model, reads, letters, fast=False), score_ids(lm.model, reads, letters, known_prefixes=store)) < 1e-5

@@ -106,3 +106,32 @@ def test_static_padding_keeps_the_prompt_grid_narrow():
     state.keep([r for r in range(27) if r % 3 != 2 and r < 21])  # 14 rows of 7 prompts: the bucket of 16
     assert len(state.row_prompt) == 16 and state.width == 3
     assert decode.padding_prompts([0, 0, 0, 1], 4) == [1, 1, 0, 1]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_static_own_buffers_that_double_equal_dynamic(name, monkeypatch):
+    """A static batch's own buffers start at OWN_BLOCK tokens and double as the steps reach their end (2, 4, 8, then
+    the budget of 11 here), through compaction across buckets and a window decoded again: the rollouts are the
+    dynamic path's, and the buffers did grow."""
+    lm = get_model(name)
+    prompts = prompts_for(lm, 4)
+    dynamic = _run(lm, prompts, check_every=3, static_shapes=False)
+    monkeypatch.setattr(decode, "OWN_BLOCK", 2)
+    spans = []
+    grow = decode.Cascade._grow
+    monkeypatch.setattr(decode.Cascade, "_grow", lambda self, span: (spans.append(span), grow(self, span)))
+    assert _run(lm, prompts, check_every=3, static_shapes=True) == dynamic
+    assert spans and spans == sorted(set(spans)) and spans[0] == 4
+    free = dict(stop_ids=frozenset(), check_every=3)  # budgets alone: the longest row steps to its 11 tokens
+    spans.clear()
+    assert _run(lm, prompts, static_shapes=True, **free) == _run(lm, prompts, static_shapes=False, **free)
+    assert spans == [4, 8, 11]
+    monkeypatch.setattr(sampling, "NUCLEUS_HEAD", 2)  # windows decoded again after the buffers grew within them
+    spans.clear()
+    assert _run(lm, prompts, check_every=4, static_shapes=True) == dynamic and spans
+
+
+def test_own_spans():
+    assert [decode.own_span(k, 300) for k in (0, 63, 64, 127, 128, 256, 299)] == [64, 64, 128, 128, 256, 300, 300]
+    assert decode.own_span(0, 10) == 10 and decode.mean_own_span(10) == 10
+    assert decode.mean_own_span(256) == (64 * 64 + 64 * 128 + 128 * 256) / 256

@@ -129,7 +129,7 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     assert result["step_grid"] and all(row["seconds_per_step"] > 0 for row in result["step_grid"])
     assert result["generate_per_step"]["rows"] >= 1 and result["generate_per_step"]["seconds_per_step"] > 0
     equal = json.loads((tmp_path / "gpu_equal.json").read_text())  # the graph path's checks, eager on CPU
-    assert len(equal["results"]) == 4 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
+    assert len(equal["results"]) == 5 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
 
     # Without the wheels the same venv is refused in one line naming what it lacks.
     env.update(WHEELS=str(tmp_path / "no-wheels"))

@@ -139,6 +139,12 @@ def test_estimate_bounds():
     hosted = dataclasses.replace(size, host_ops_per_step=2000)
     assert estimate(st, hosted, gpu)["decode_s"] == pytest.approx(512 * 2000 * LAUNCH_SECONDS)
     assert 2000 * LAUNCH_SECONDS > step
+    # Static shapes (the cascade backend on CUDA): 100 rows step in the bucket of 128, each reading its own buffer
+    # whole, 64 slots for the first 64 steps, then 128, 256 and 512 (344 on average over 512 steps).
+    static = dataclasses.replace(size, static=True)
+    st = StageWork("J", decode_batches=[["J x9", 100, 5000, 512]])
+    step = max((14e9 + (5000 + 128 * 344) * 131072) / (4.8e12 * 0.7), 128 * 2 * 7e9 / (989e12 * 0.5))
+    assert estimate(st, static, gpu)["decode_s"] == pytest.approx(512 * step)
 
 
 def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
