@@ -70,14 +70,17 @@ def measured_total(rows: list[dict], check: dict) -> dict:
     """A plan's seconds from one GPU run's figures (scripts/gpu_check.py --shapes on that architecture) instead of
     the model's rates: each decoding batch steps its whole budget at the step time measured at its (call, bucket,
     budget) shape, plus the loop's measured overhead per step (sampling, checks; generate_per_step less the step
-    alone); prompt tokens run (prefill, re-reads) at the D readout's measured computed tokens per second."""
+    alone); every read (a first-token probe, or a re-read after the anchor: a short suffix on held keys) at the D
+    readout's measured probes per second; the prompts generated from at its computed tokens per second."""
     steps = {(r["label"], r["bucket"], r["budget"]): r["seconds_per_step"] for r in check["step_grid"] if "seconds_per_step" in r}
     overhead = max(0.0, check["generate_per_step"].get("loop_overhead_per_step") or 0.0)
-    rate = check["d_tokens_per_s"]
     out = {"prefill_s": 0.0, "decode_s": 0.0, "reread_s": 0.0, "unmeasured_batches": 0}
     for row in rows[:-1]:
-        out["prefill_s"] += row["computed_tokens"] / rate
-        out["reread_s"] += row["reread_tokens_max"] / rate
+        if row["rollouts"]:
+            out["prefill_s"] += row["computed_tokens"] / check["d_tokens_per_s"]
+            out["reread_s"] += row["reads"] / check["d_probes_per_s"]
+        else:
+            out["prefill_s"] += row["reads"] / check["d_probes_per_s"]
         for label, n_rows, _, budget in row["decode_batches"]:
             key = (label, bucket(n_rows), budget)
             if key not in steps:

@@ -89,15 +89,15 @@ def decode_speed(model, prompts, tokens, n, static, bounds, max_rows=1024):
                      share_of_matmul_bound=rate / (matmul / flops_per_row), share_of_floor=rate / (rows / step_floor))
 
 
-def step_grid(model, prompts, shapes, token_budget, steps=16):
+def step_grid(model, prompts, shapes, token_budget, steps=12):
     """Seconds per decoding step on the static path (one CUDA graph per bucket on CUDA) at each shape the paper
     profile's plan forms (bench/plan_8b_bench.py --shapes-out): `bucket` rows (`n` rollouts of each of bucket / n
-    distinct prompts, cycled from `prompts`) whose own keys/values are held for `budget` tokens. The static step
-    reads every own slot under a mask, so its cost does not depend on how far into the budget the batch is, and a
-    few steps measure it. Each row also records the bytes a step must read at least (weights, the prompts' and the
-    rows' whole own keys/values) and its share of the measured bandwidth."""
+    distinct prompts, cycled from `prompts`) stepped toward a `budget`-token budget. A static step reads its own
+    buffer whole under a mask, so its cost depends on the buffer's span, not on how far into it the batch is: a few
+    steps at each span measure it (_time_steps). Each row also records the bytes a step reads on average (weights,
+    the prompts' and the rows' own keys/values over the mean span) and its share of the measured bandwidth."""
     from engine.batching import kv_bytes_per_token
-    from engine.decode import Cascade
+    from engine.decode import Cascade, mean_own_span
 
     device = model.get_input_embeddings().weight.device
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -113,7 +113,7 @@ def step_grid(model, prompts, shapes, token_budget, steps=16):
             with torch.inference_mode():  # as generate runs its steps (without it autograd keeps every step's activations)
                 seconds = _time_steps(Cascade(model, ps, row_prompt, budget, pad_id=0, token_budget=token_budget,
                                               max_rows=rows, static=True), steps, row)
-            read = weights + kv * (row["prompt_tokens"] + rows * budget)
+            read = weights + kv * (row["prompt_tokens"] + rows * mean_own_span(budget))
             row.update(seconds_per_step=seconds, bytes_per_step=read, bytes_per_s=read / seconds)
         except torch.cuda.OutOfMemoryError as exc:
             row.update(error=f"out of memory: {exc}".splitlines()[0])
@@ -124,23 +124,34 @@ def step_grid(model, prompts, shapes, token_budget, steps=16):
         rows_out.append(row)
         shown = (f"{1e3 * row['seconds_per_step']:.2f} ms/step, {row['bytes_per_s'] / 1e9:.0f} GB/s read"
                  if "seconds_per_step" in row else row["error"])
-        print(f"step {shape['label']:>42s}: {rows:4d} rows x {budget:5d}-token own buffers: {shown}", flush=True)
+        print(f"step {shape['label']:>42s}: {rows:4d} rows toward a {budget:5d}-token budget: {shown}", flush=True)
     return rows_out
 
 
 def _time_steps(state, steps: int, row: dict) -> float:
-    """Seconds per step of a static decode state after its first step (eager, then captured) and 3 replays."""
-    device = state.device
-    tok = state.step().argmax(-1)
-    for _ in range(3):
+    """Seconds per step of a static decode state, averaged over its budget: the own buffers double as the steps
+    reach their end (engine.decode.own_span) and a step reads its buffer whole, so each span is timed (its first
+    step eager and captured, 3 replays, then `steps` timed replays) and weighted by the steps the budget spends in it."""
+    from engine.decode import own_span
+
+    device, budget = state.device, state.budget
+    spans = sorted({own_span(k, budget) for k in range(budget)})
+    per_span = {}
+    tok = None
+    for span in spans:
+        if span > state.ks[0].shape[2]:
+            state._grow(span)
         tok = state.step(tok).argmax(-1)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        tok = state.step(tok).argmax(-1)
-    sync(device)
-    row["cuda_graph"] = bool(getattr(state, "graph_used", False))
-    return (time.perf_counter() - t0) / steps
+        for _ in range(3):
+            tok = state.step(tok).argmax(-1)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = state.step(tok).argmax(-1)
+        sync(device)
+        per_span[span] = (time.perf_counter() - t0) / steps
+    row.update(cuda_graph=bool(getattr(state, "graph_used", False)), seconds_per_step_by_span=per_span)
+    return sum(per_span[own_span(k, budget)] for k in range(budget)) / budget
 
 
 def generate_per_step(model, prompts, shape, token_budget):
@@ -345,7 +356,7 @@ def main():
             print(f"allocated before the grid: {result['allocated_gb_before_grid']:.1f} GB", flush=True)
         shapes = json.loads(Path(args.shapes).read_text())[args.arch]
         if args.tiny:
-            shapes = [dict(s, bucket=min(s["bucket"], 8), budget=min(s["budget"], 32)) for s in shapes[:2]]
+            shapes = [dict(s, bucket=min(s["bucket"], 8), budget=min(s["budget"], 160)) for s in shapes[:2]]  # 3 spans
         result["step_grid"] = step_grid(model, prompts, shapes, args.token_budget)
         result["step_grid_inference_mode"] = True  # earlier checks timed the grid with autograd on (not valid)
         if args.out:

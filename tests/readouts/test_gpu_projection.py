@@ -17,17 +17,17 @@ _spec.loader.exec_module(bench)
 def _rows():
     """Two stages and a total row, as plan_table writes them (decode_batches: call, rows, prompt tokens, budget)."""
     return [
-        dict(stage="D", computed_tokens=10_000, reread_tokens_max=0, decode_batches=[]),
-        dict(stage="J", computed_tokens=2_000, reread_tokens_max=500,
+        dict(stage="D", computed_tokens=10_000, reads=400, rollouts=0, decode_batches=[]),
+        dict(stage="J", computed_tokens=2_000, reads=1_124, rollouts=1_124,
              decode_batches=[["J x9", 504, 15_000, 512], ["J x9", 500, 14_000, 512], ["J x9", 120, 2_000, 512]]),
-        dict(stage="dose", computed_tokens=1_000, reread_tokens_max=300,
+        dict(stage="dose", computed_tokens=1_000, reads=540, rollouts=540,
              decode_batches=[["dose_rider x8", 240, 8_000, 2048], ["dose_brief x4", 300, 9_000, 64]]),
         dict(stage="total"),
     ]
 
 
 def test_a_plan_is_costed_from_the_measured_step_of_each_batchs_shape():
-    check = dict(d_tokens_per_s=1_000.0,
+    check = dict(d_tokens_per_s=1_000.0, d_probes_per_s=100.0,
                  step_grid=[dict(label="J x9", bucket=512, budget=512, seconds_per_step=0.020),
                             dict(label="J x9", bucket=128, budget=512, seconds_per_step=0.008),
                             dict(label="dose_rider x8", bucket=256, budget=2048, seconds_per_step=0.030),
@@ -36,13 +36,14 @@ def test_a_plan_is_costed_from_the_measured_step_of_each_batchs_shape():
     got = bench.measured_total(_rows(), check)
     # By hand: two J batches in the 512 bucket and one in the 128 bucket, 512 steps each; the rider 2,048 steps in
     # the 256 bucket; each step plus 1 ms of loop; the brief arm's shape was not measured (out of memory): left out.
+    # D's 400 probes at 100 probes/s; the generated stages' prompts at 1,000 tokens/s and their reads at 100/s.
     decode = 2 * 512 * 0.021 + 512 * 0.009 + 2048 * 0.031
     assert got["decode_s"] == pytest.approx(decode)
-    assert got["prefill_s"] == pytest.approx(13.0) and got["reread_s"] == pytest.approx(0.8)
+    assert got["prefill_s"] == pytest.approx(4.0 + 2.0 + 1.0) and got["reread_s"] == pytest.approx(11.24 + 5.4)
     assert got["unmeasured_batches"] == 1
-    assert got["total_s"] == pytest.approx(decode + 13.8)
+    assert got["total_s"] == pytest.approx(decode + 7.0 + 16.64)
     # A batch is costed at its bucket's step (300 rows run in the bucket of 512), whatever its own row count.
-    one = [dict(computed_tokens=0, reread_tokens_max=0, decode_batches=[["J x9", 300, 0, 512]]), dict(stage="total")]
+    one = [dict(computed_tokens=0, reads=0, rollouts=300, decode_batches=[["J x9", 300, 0, 512]]), dict(stage="total")]
     assert bench.measured_total(one, dict(check, generate_per_step={}))["decode_s"] == pytest.approx(512 * 0.020)
 
 
