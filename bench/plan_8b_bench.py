@@ -53,17 +53,19 @@ def plan(study_name: str, arch: str, gpu: str, window: int):
 
 def shapes(rows: list[dict], profile) -> list[dict]:
     """The distinct decoding shapes of a plan (call label, row bucket, longest budget), with the rollouts per prompt,
-    how many batches run at each, their mean distinct prompt tokens and the profile's sampling (temperature, top-p):
-    what scripts/gpu_check.py --shapes times."""
+    how many batches run at each, their mean real rows and distinct prompt tokens, and the profile's sampling
+    (temperature, top-p): what scripts/gpu_check.py --shapes times."""
     seen: dict[tuple, dict] = {}
     for row in rows:
         for label, n_rows, prompt_tokens, budget in row.get("decode_batches") or ():
             key = (label, bucket(n_rows), budget)
             s = seen.setdefault(key, dict(label=label, bucket=key[1], budget=budget, n=int(label.rsplit(" x", 1)[1]),
-                                          batches=0, prompt_tokens=0, temperature=profile.temperature, top_p=profile.top_p))
+                                          batches=0, rows=0, prompt_tokens=0, temperature=profile.temperature,
+                                          top_p=profile.top_p))
             s["batches"] += 1
+            s["rows"] += n_rows
             s["prompt_tokens"] += prompt_tokens
-    return [dict(s, prompt_tokens=s["prompt_tokens"] // s["batches"]) for s in seen.values()]
+    return [dict(s, rows=s["rows"] // s["batches"], prompt_tokens=s["prompt_tokens"] // s["batches"]) for s in seen.values()]
 
 
 def measured_total(rows: list[dict], check: dict) -> dict:

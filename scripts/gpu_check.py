@@ -89,13 +89,22 @@ def decode_speed(model, prompts, tokens, n, static, bounds, max_rows=1024):
                      share_of_matmul_bound=rate / (matmul / flops_per_row), share_of_floor=rate / (rows / step_floor))
 
 
+def shape_prompts(prompts, shape) -> list[list[int]]:
+    """A shape's distinct prompts as the plan forms them: `rows` / `n` of them (its mean real rows over its rollouts
+    per prompt), each cycled from `prompts`' tokens to the shape's mean distinct prompt tokens per prompt."""
+    k = max(1, shape["rows"] // shape["n"])  # k x n rows stay within the bucket
+    length = max(2, shape["prompt_tokens"] // k)
+    return [[prompts[i % len(prompts)][j % len(prompts[i % len(prompts)])] for j in range(length)] for i in range(k)]
+
+
 def step_grid(model, prompts, shapes, token_budget, steps=12):
     """Seconds per decoding step on the static path (one CUDA graph per bucket on CUDA) at each shape the paper
-    profile's plan forms (bench/plan_8b_bench.py --shapes-out): `bucket` rows (`n` rollouts of each of bucket / n
-    distinct prompts, cycled from `prompts`) stepped toward a `budget`-token budget. A static step reads its own
-    buffer whole under a mask, so its cost depends on the buffer's span, not on how far into it the batch is: a few
-    steps at each span measure it (_time_steps). Each row also records the bytes a step reads on average (weights,
-    the prompts' and the rows' own keys/values over the mean span) and its share of the measured bandwidth."""
+    profile's plan forms (bench/plan_8b_bench.py --shapes-out): its mean real rows (`n` rollouts of each of
+    shape_prompts' prompts, padded to the bucket as a run pads them) stepped toward a `budget`-token budget. A
+    static step reads its own buffer whole under a mask, so its cost depends on the buffer's span, not on how far
+    into it the batch is: a few steps at each span measure it (_time_steps). Each row also records the bytes a step
+    reads on average (weights, the prompts' and the bucket's own keys/values over the mean span) and its share of
+    the measured bandwidth."""
     from engine.batching import kv_bytes_per_token
     from engine.decode import Cascade, mean_own_span
 
@@ -104,16 +113,16 @@ def step_grid(model, prompts, shapes, token_budget, steps=12):
     kv = kv_bytes_per_token(model)
     rows_out = []
     for shape in shapes:
-        rows, n, budget = shape["bucket"], shape["n"], shape["budget"]
-        k = -(-rows // n)
-        ps = [prompts[i % len(prompts)] for i in range(k)]
+        n, budget = shape["n"], shape["budget"]
+        ps = shape_prompts(prompts, shape)
+        rows = min(shape["bucket"], len(ps) * n)
         row_prompt = [i // n for i in range(rows)]
-        row = dict(shape, prompts=k, prompt_tokens=sum(len(p) for p in ps))
+        row = dict(shape, real_rows=rows, prompts=len(ps), prompt_tokens_run=sum(len(p) for p in ps))
         try:
             with torch.inference_mode():  # as generate runs its steps (without it autograd keeps every step's activations)
                 seconds = _time_steps(Cascade(model, ps, row_prompt, budget, pad_id=0, token_budget=token_budget,
                                               max_rows=rows, static=True), steps, row)
-            read = weights + kv * (row["prompt_tokens"] + rows * mean_own_span(budget))
+            read = weights + kv * (row["prompt_tokens_run"] + shape["bucket"] * mean_own_span(budget))
             row.update(seconds_per_step=seconds, bytes_per_step=read, bytes_per_s=read / seconds)
         except torch.cuda.OutOfMemoryError as exc:
             row.update(error=f"out of memory: {exc}".splitlines()[0])
@@ -124,7 +133,8 @@ def step_grid(model, prompts, shapes, token_budget, steps=12):
         rows_out.append(row)
         shown = (f"{1e3 * row['seconds_per_step']:.2f} ms/step, {row['bytes_per_s'] / 1e9:.0f} GB/s read"
                  if "seconds_per_step" in row else row["error"])
-        print(f"step {shape['label']:>42s}: {rows:4d} rows toward a {budget:5d}-token budget: {shown}", flush=True)
+        print(f"step {shape['label']:>42s}: {rows:4d} rows (bucket {shape['bucket']}) toward a {budget:5d}-token budget: "
+              f"{shown}", flush=True)
     return rows_out
 
 
@@ -136,6 +146,9 @@ def _time_steps(state, steps: int, row: dict) -> float:
 
     device, budget = state.device, state.budget
     spans = sorted({own_span(k, budget) for k in range(budget)})
+    steps = min(steps, budget // len(spans) - 4)  # every step within the budget
+    if steps < 1:
+        raise ValueError(f"a budget of {budget} tokens is too short to time {len(spans)} spans")
     per_span = {}
     tok = None
     for span in spans:
@@ -155,21 +168,24 @@ def _time_steps(state, steps: int, row: dict) -> float:
 
 
 def generate_per_step(model, prompts, shape, token_budget):
-    """The whole generation loop (sampling, checks, compaction, prefill) at one shape, every row to its budget,
-    sampled as the plan's profile samples (the shape's temperature and top-p, the first rollout greedy): seconds
-    per step, to compare with step_grid's step alone."""
+    """The whole generation loop (sampling, checks, compaction, the captures at each span) at one shape, every row
+    to its budget, sampled as the plan's profile samples (the shape's temperature and top-p, the first rollout
+    greedy): seconds per step, from the difference of a run to the budget and one of 8 steps (so the prefill and
+    the first step fall out), to compare with step_grid's step alone."""
     from engine.generation import generate
 
     device = model.get_input_embeddings().weight.device
-    rows, n, budget = shape["bucket"], shape["n"], shape["budget"]
-    ps = [prompts[i % len(prompts)] for i in range(max(1, rows // n))]  # within the bucket
-    sync(device)
-    t0 = time.perf_counter()
-    generate(model, ps, max_new_tokens=budget, stop_ids=frozenset(), n=n, greedy_first=True, temperature=shape["temperature"],
-             top_p=shape["top_p"], token_budget=token_budget, max_rows=rows)
-    sync(device)
-    seconds = time.perf_counter() - t0
-    return dict(shape, rows=len(ps) * n, seconds=seconds, seconds_per_step=seconds / budget)
+    ps = shape_prompts(prompts, shape)
+    seconds = {}
+    for budget in (8, shape["budget"]):
+        sync(device)
+        t0 = time.perf_counter()
+        generate(model, ps, max_new_tokens=budget, stop_ids=frozenset(), n=shape["n"], greedy_first=True,
+                 temperature=shape["temperature"], top_p=shape["top_p"], token_budget=token_budget, max_rows=shape["bucket"])
+        sync(device)
+        seconds[budget] = time.perf_counter() - t0
+    per_step = (seconds[shape["budget"]] - seconds[8]) / (shape["budget"] - 8)
+    return dict(shape, rows=len(ps) * shape["n"], seconds=seconds[shape["budget"]], seconds_per_step=per_step)
 
 
 def d_readout(model, tok, scenarios, args, body, head, rate, result):
@@ -356,7 +372,8 @@ def main():
             print(f"allocated before the grid: {result['allocated_gb_before_grid']:.1f} GB", flush=True)
         shapes = json.loads(Path(args.shapes).read_text())[args.arch]
         if args.tiny:
-            shapes = [dict(s, bucket=min(s["bucket"], 8), budget=min(s["budget"], 160)) for s in shapes[:2]]  # 3 spans
+            shapes = [dict(s, bucket=min(s["bucket"], 8), rows=min(s["rows"], 8), budget=min(s["budget"], 160))
+                      for s in shapes[:2]]  # 3 spans
         result["step_grid"] = step_grid(model, prompts, shapes, args.token_budget)
         result["step_grid_inference_mode"] = True  # earlier checks timed the grid with autograd on (not valid)
         if args.out:

@@ -52,9 +52,9 @@ def test_shapes_group_batches_by_call_bucket_and_budget():
         temperature, top_p = 0.7, 1.0
 
     got = bench.shapes(_rows(), Profile)
-    assert [(s["label"], s["bucket"], s["budget"], s["n"], s["batches"], s["prompt_tokens"]) for s in got] == [
-        ("J x9", 512, 512, 9, 2, 14_500), ("J x9", 128, 512, 9, 1, 2_000), ("dose_rider x8", 256, 2048, 8, 1, 8_000),
-        ("dose_brief x4", 512, 64, 4, 1, 9_000)]
+    assert [(s["label"], s["bucket"], s["budget"], s["n"], s["batches"], s["rows"], s["prompt_tokens"]) for s in got] == [
+        ("J x9", 512, 512, 9, 2, 502, 14_500), ("J x9", 128, 512, 9, 1, 120, 2_000),
+        ("dose_rider x8", 256, 2048, 8, 1, 240, 8_000), ("dose_brief x4", 512, 64, 4, 1, 300, 9_000)]
     assert all(s["temperature"] == 0.7 and s["top_p"] == 1.0 for s in got)
 
 
