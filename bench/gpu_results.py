@@ -47,8 +47,9 @@ def run_lines(folder: Path) -> list[str]:
             lines.append("")
         if c.get("step_grid"):
             valid = c.get("step_grid_inference_mode", False)
-            lines.append("Step times at the paper plan's shapes" + ("" if valid else " (timed with autograd on, so not "
-                         "valid: a shape's steps kept their activations and the larger shapes ran out of memory)") + ":")
+            lines.append("Step times at the paper plan's shapes" + ("" if valid else " (timed outside inference mode: the "
+                         "eager steps kept their activations, so the larger shapes ran out of memory; the times of the "
+                         "others are graph replays, over own buffers then held at the whole budget)") + ":")
             lines += ["", "| call | rows (bucket) | own budget | ms per step | read GB/s |", "|---|---|---|---|---|"]
             for r in c["step_grid"]:
                 t = f"{1e3 * r['seconds_per_step']:.2f} | {r['bytes_per_s'] / 1e9:.0f}" if "seconds_per_step" in r else "out of memory |"
