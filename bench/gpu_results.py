@@ -3,6 +3,7 @@ lent GPU (gpu_equal.json, gpu_check_<arch>.json, its log); this writes bench/res
 run, newest last. The figures are the device's; nothing here measures anything.
 
     python bench/gpu_results.py                 # after copying a run's $OUT to bench/results/gpu/<date>-<letter>/
+    python bench/gpu_results.py --run "$OUT"    # one run's tables on the terminal (gpu_check.sh's last output)
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ def run_lines(folder: Path) -> list[str]:
                 t = f"{1e3 * r['seconds_per_step']:.2f} | {r['bytes_per_s'] / 1e9:.0f}" if "seconds_per_step" in r else "out of memory |"
                 lines.append(f"| {r['label']} | {r['bucket']} | {r['budget']} | {t} |")
             lines.append("")
+        g = c.get("generate_per_step")
+        if g:
+            above = g.get("loop_overhead_per_step")
+            sampled = f", T {g['temperature']}, top-p {g['top_p']}" if "temperature" in g else ""  # not recorded before 12-04 b
+            lines += [f"- the whole generation loop at {g['label']} ({g['rows']} rows, {g['budget']} tokens{sampled}): "
+                      f"{1e3 * g['seconds_per_step']:.2f} ms per step"
+                      + (f", {1e3 * above:.2f} ms above the step alone" if above is not None else ""), ""]
     return lines
 
 
@@ -62,7 +70,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(RUNS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_check.md"))
+    ap.add_argument("--run", default=None, help="print one run folder's tables (scripts/gpu_check.sh ends with its $OUT) "
+                    "and write nothing")
     a = ap.parse_args()
+    if a.run:
+        print("\n".join(run_lines(Path(a.run))))
+        return
     md = ["# GPU checks", "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
     for folder in sorted(p for p in Path(a.runs).iterdir() if p.is_dir()):
         notes = folder / "NOTES.md"

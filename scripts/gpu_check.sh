@@ -29,4 +29,5 @@ for arch in ${ARCH:-llama3 olmo3}; do
     timeout "${ARCH_SECONDS:-300}" "$PY" scripts/gpu_check.py --arch "$arch" --shapes bench/gpu_shapes.json \
         --out "$OUTDIR/gpu_check_$arch.json" "$@" || status=1
 done
+"$PY" bench/gpu_results.py --run "$OUTDIR" || status=1  # the tables last: the device tool returns the output's end
 exit $status
