@@ -40,11 +40,14 @@ def run_lines(folder: Path) -> list[str]:
                          f"{c['gen_tokens_per_s']:.0f} new tokens/s")
         lines += [f"- {x}" for x in facts] + [""]
         if c.get("decode"):
-            lines += ["| batch | path | new tokens/s | ms per step | share of the larger bound |", "|---|---|---|---|---|"]
+            lines += ["| batch | path | new tokens/s | ms per step | share of the larger bound | greedy rows equal to dynamic |",
+                      "|---|---|---|---|---|---|"]
             for r in c["decode"]:
                 path = "static + CUDA graph" if r["cuda_graph"] else ("static" if r["static"] else "dynamic")
+                equal = (f"{r['rows_equal']} of {r['rows']}" if "rows_equal" in r
+                         else {True: "all", False: "not all"}.get(r.get("greedy_equal_to_dynamic"), ""))
                 lines.append(f"| {r['batch']} | {path} | {r['decode_tokens_per_s']:.0f} | "
-                             f"{1e3 * r['rows'] / r['decode_tokens_per_s']:.1f} | {100 * r['share_of_floor']:.0f}% |")
+                             f"{1e3 * r['rows'] / r['decode_tokens_per_s']:.1f} | {100 * r['share_of_floor']:.0f}% | {equal} |")
             lines.append("")
         if c.get("step_grid"):
             valid = c.get("step_grid_inference_mode", False)

@@ -223,6 +223,14 @@ def d_readout(model, tok, scenarios, args, body, head, rate, result):
 
 
 
+def token_agreement(a, b) -> dict:
+    """How far two runs' rollouts agree, row by row: rows equal, and the median step at which the others first
+    differ (in bf16 the two paths' kernels round differently, and a near tie in random weights' logits can flip)."""
+    rows = [(x.tokens, y.tokens) for xs, ys in zip(a, b) for x, y in zip(xs, ys)]
+    first = sorted(next((i for i, (p, q) in enumerate(zip(s, t)) if p != q), min(len(s), len(t))) for s, t in rows if s != t)
+    return dict(rows=len(rows), rows_equal=len(rows) - len(first), median_first_difference=first[len(first) // 2] if first else None)
+
+
 def sync(device):
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
@@ -358,8 +366,11 @@ def main():
                       f"{row['decode_tokens_per_s']:.0f} tokens/s = {100 * row['share_of_bandwidth_bound']:.0f}% of the bandwidth bound, "
                       f"{100 * row['share_of_matmul_bound']:.1f}% of the matmul bound, {100 * row['share_of_floor']:.0f}% of the larger bound")
             same = outs[False] == outs[True]
-            decode_rows[-1]["greedy_equal_to_dynamic"] = same
-            print(f"decode {label}: static greedy tokens equal to dynamic: {same}")
+            agree = token_agreement(outs[False], outs[True])
+            decode_rows[-1].update(greedy_equal_to_dynamic=same, **agree)
+            parted = "" if same else f"; the others part at step {agree['median_first_difference']} in the median"
+            print(f"decode {label}: static greedy tokens equal to dynamic: {same} ({agree['rows_equal']} of {agree['rows']} "
+                  f"rows equal{parted})")
         decode.Cascade._capture = capture
         result["decode"] = decode_rows
     if args.out:

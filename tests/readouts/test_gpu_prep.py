@@ -125,7 +125,8 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     assert "D readout:" in proc.stdout and "decode batch 1, static shapes" in proc.stdout
     result = json.loads((tmp_path / "gpu_check_llama3.json").read_text())
     assert result["d_probes"] == 32 and len(result["decode"]) == 4
-    assert all(row["greedy_equal_to_dynamic"] for row in result["decode"] if "greedy_equal_to_dynamic" in row)
+    assert all(row["greedy_equal_to_dynamic"] and row["rows_equal"] == row["rows"]
+               for row in result["decode"] if "greedy_equal_to_dynamic" in row)
     assert result["step_grid"] and all(row["seconds_per_step"] > 0 for row in result["step_grid"])
     assert all(len(row["seconds_per_step_by_span"]) == 3 for row in result["step_grid"])  # 64, 128, 160
     assert result["generate_per_step"]["rows"] >= 1 and result["generate_per_step"]["seconds_per_step"] > 0

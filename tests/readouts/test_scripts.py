@@ -16,6 +16,21 @@ def test_gpu_check_runs_on_a_tiny_config(tmp_path):
     assert '"d_probes": 32' in out.read_text() and '"gen_share_of_matmul"' in out.read_text()
 
 
+def test_token_agreement_counts_equal_rows_and_where_the_others_part():
+    import importlib.util
+
+    from engine.generation import Rollout
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    r = lambda *t: Rollout(tuple(t), False, True)  # noqa: E731
+    a = [[r(1, 2, 3), r(4, 5, 6)], [r(7, 8, 9)]]
+    b = [[r(1, 2, 3), r(4, 0, 6)], [r(0, 8, 9)]]
+    assert gpu_check.token_agreement(a, b) == dict(rows=3, rows_equal=1, median_first_difference=1)
+    assert gpu_check.token_agreement(a, a) == dict(rows=3, rows_equal=3, median_first_difference=None)
+
+
 def test_shell_scripts_parse():
     for script in ("scripts/slurm_readout.sh", "scripts/slurm_submit.sh", "scripts/slurm_merge.sh", "scripts/gpu_check.sh"):
         assert subprocess.run(["bash", "-n", script], cwd=ROOT).returncode == 0
