@@ -27,7 +27,8 @@ def run_lines(folder: Path) -> list[str]:
                   "checks passed" + (f"; failed: {', '.join(bad)}" if bad else ""), ""]
     for f in sorted(folder.glob("gpu_check_*.json")):
         c = json.loads(f.read_text())
-        lines += [f"### {c['arch']} ({c['params'] / 1e9:.2f} B parameters, random bf16 weights; {c.get('gpu')}, torch "
+        lines += [f"### {c['arch']} ({c['params'] / 1e9:.2f} B parameters, random {c.get('dtype', 'bfloat16')} weights; "
+                  f"{c.get('gpu') or c['device']}, torch "
                   f"{c.get('torch')}, transformers {c.get('transformers')})", ""]
         facts = [f"dense bf16 matmul {c['matmul_tflops']:.0f} TFLOP/s"]
         if "hbm_gb_per_s" in c:

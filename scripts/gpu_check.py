@@ -323,7 +323,7 @@ def main():
 
     result = dict(arch=args.arch, device=device, gpu=torch.cuda.get_device_name() if device == "cuda" else None,
                   torch=torch.__version__, transformers=transformers.__version__, tokenizer=tokenizer_name, params=params,
-                  matmul_tflops=rate / 1e12, parts=sorted(parts))
+                  dtype=str(dtype).removeprefix("torch."), matmul_tflops=rate / 1e12, parts=sorted(parts))
     scenarios = load_panel("gap-v1").records[: args.scenarios]
     prompts = [encode_prompt(tok, Prompt(messages=render(s, "judge_1").messages)) for s in scenarios[: args.gen_prompts]]
     if "d" in parts:
