@@ -137,9 +137,9 @@ def main() -> None:
     md += [f"| {p['study']} | {p['arch']} | {p['window']} | {p['decode_s'] / 60:.1f} min | {p['reread_s'] / 60:.1f} min "
            f"| **{p['total_s'] / 60:.1f} min** |" for p in result["plans"]]
     if measured:
-        md += ["", "From one GPU run's figures (scripts/gpu_check.py --shapes; bench/results/gpu_check_<arch>.json): "
-               "each batch steps its budget at the measured step time of its shape plus the loop's measured overhead; "
-               "prompt tokens at the D readout's measured rate.", "",
+        md += ["", f"From one GPU run's figures ({a.measured}/gpu_check_<arch>.json, scripts/gpu_check.py --shapes): each "
+               "batch steps its budget at the measured step time of its shape plus the loop's measured overhead; reads "
+               "at the D readout's measured probes/s, the prompts generated from at its computed tokens/s.", "",
                "| study | architecture | window | decode | prefill + re-read | total | batches not measured |", "|---|---|---|---|---|---|---|"]
         md += [f"| {p['study']} | {p['arch']} | {p['window']} | {p['measured']['decode_s'] / 60:.1f} min | "
                f"{(p['measured']['prefill_s'] + p['measured']['reread_s']) / 60:.1f} min | **{p['measured']['total_s'] / 60:.1f} min** | "

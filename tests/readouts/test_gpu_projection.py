@@ -68,3 +68,27 @@ def test_the_shapes_file_is_the_paper_plans_shapes_now(tmp_path):
         rows, _, profile = bench.plan("gap-v2", arch, "h200", 8)
         now[arch] = bench.shapes(rows, profile)
     assert shipped == now
+
+
+def test_the_bench_costs_the_paper_plan_from_a_planted_gpu_run(tmp_path):
+    """plan_8b_bench --measured on a planted run whose every paper-plan shape steps in 10 ms (and 1 ms of loop): the
+    gap-v2 plan's decode is the shapes file's batches x budget x 11 ms, with no batch left unmeasured."""
+    import subprocess
+    import sys
+
+    shapes = json.loads((ROOT / "bench" / "gpu_shapes.json").read_text())["llama3"]
+    run = tmp_path / "run"
+    run.mkdir()
+    planted = dict(arch="llama3", d_tokens_per_s=10_000.0, d_probes_per_s=300.0,
+                   step_grid=[dict(s, seconds_per_step=0.010) for s in shapes],
+                   generate_per_step=dict(loop_overhead_per_step=0.001))
+    (run / "gpu_check_llama3.json").write_text(json.dumps(planted))
+    proc = subprocess.run([sys.executable, "bench/plan_8b_bench.py", "--studies", "gap-v2", "--windows", "8", "--measured",
+                           str(run), "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plans = {p["arch"]: p for p in json.loads((tmp_path / "plan_8b.json").read_text())["plans"]}
+    assert "measured" not in plans["olmo3"]  # no run of that architecture
+    got = plans["llama3"]["measured"]
+    assert got["unmeasured_batches"] == 0
+    assert got["decode_s"] == pytest.approx(sum(s["batches"] * s["budget"] * 0.011 for s in shapes))
+    assert "from the GPU run's figures" in (tmp_path / "plan_8b.md").read_text()
