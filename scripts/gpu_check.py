@@ -222,7 +222,6 @@ def d_readout(model, tok, scenarios, args, body, head, rate, result):
           f"{100 * flops / secs / rate:.1f}% of the matmul rate")
 
 
-
 def token_agreement(a, b) -> dict:
     """How far two runs' rollouts agree, row by row: rows equal, and the median step at which the others first
     differ (in bf16 the two paths' kernels round differently, and a near tie in random weights' logits can flip)."""
@@ -365,8 +364,8 @@ def main():
                 print(f"decode {label}, {'static' if static else 'dynamic'} shapes{' + CUDA graph' if row['cuda_graph'] else ''}: "
                       f"{row['decode_tokens_per_s']:.0f} tokens/s = {100 * row['share_of_bandwidth_bound']:.0f}% of the bandwidth bound, "
                       f"{100 * row['share_of_matmul_bound']:.1f}% of the matmul bound, {100 * row['share_of_floor']:.0f}% of the larger bound")
-            same = outs[False] == outs[True]
             agree = token_agreement(outs[False], outs[True])
+            same = agree["rows_equal"] == agree["rows"]
             decode_rows[-1].update(greedy_equal_to_dynamic=same, **agree)
             parted = "" if same else f"; the others part at step {agree['median_first_difference']} in the median"
             print(f"decode {label}: static greedy tokens equal to dynamic: {same} ({agree['rows_equal']} of {agree['rows']} "
