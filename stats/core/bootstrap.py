@@ -6,6 +6,9 @@
   bincount weights); `estimates_from` turns its output into `Estimate` rows.
 - `nested_majority`: the hand-written nested bootstrap (scenarios, then rollouts within scenario) for
   majority readouts, which no maintained library does.
+- `simultaneous_band`: a band over many column means at once (studentized bootstrap, min-p calibrated;
+  hand-written: no maintained library gives one), for claims about every column together ("E is 0 at every
+  layer").
 - `cluster_ci`: percentile CI of a mean over clusters (dilemmas) via scipy.stats.bootstrap.
 - `nested_binomial_ci`: clusters, then each cell's binary replies (a binomial redraw of each cell's count).
 """
@@ -140,6 +143,59 @@ def estimates_from(
                       f"scenario bootstrap ({n_boot})", notes.get(name))
         for i, name in enumerate(names)
     ]
+
+
+def simultaneous_band(columns: np.ndarray, rng: np.random.Generator, n_boot: int = 10_000,
+                      confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """A simultaneous band for the k column means of `columns` (S, k), paired over scenarios: the studentized
+    bootstrap with single-step min-p calibration.
+
+    se_j is column j's standard error (its sample standard deviation over sqrt(S)). Each resample draws S
+    scenarios with replacement (one index row for every column) and studentizes each column's resampled mean by
+    the resample's own standard error: t*_j = |mean*_j - mean_j| / se*_j (the bootstrap-t; Hall, 1992). A
+    resample's p*_j is the share of resamples whose column j is at least as extreme; the common level a is the
+    (1 - `confidence`) quantile over resamples of min_j p*_j; column j's critical value c_j is the (1 - a)
+    quantile of its own t*_j, and its band is mean_j +- c_j * se_j (Westfall and Young, 1993, single-step min-p;
+    applied to bands as in Montiel Olea and Plagborg-Moller, 2019). So the band covers every column's true mean
+    at once with probability about `confidence`, where the columns' own 95% intervals, taken together, cover them
+    all far less often; and a column whose resamples are heavy-tailed (one outlying scenario) widens its own band,
+    not every column's (one critical value for all, max_j t*_j, lets such a column set the width everywhere).
+    Coverage measured on planted data in tests/stats/core/test_simultaneous_band.py. A column with se 0 has a band
+    of its point; a resample in which a column does not vary counts as 0 where its mean is the column's, infinite
+    otherwise. Hand-written: no maintained library gives a simultaneous bootstrap band.
+    Returns value, low, high (each (k,)) and the common level a; with S < 2, NaN bounds and level.
+    """
+    x = np.asarray(columns, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    s = x.shape[0]
+    value = x.mean(axis=0)
+    if s < 2:
+        nan = np.full(value.shape, np.nan)
+        return value, nan, nan.copy(), math.nan
+    se = x.std(axis=0, ddof=1) / math.sqrt(s)
+    live = se > 0
+    if not live.any():
+        return value, value.copy(), value.copy(), 1.0 - confidence
+    m = int(live.sum())
+    both = np.column_stack([x[:, live], x[:, live] ** 2])
+    bt = np.ascontiguousarray(both.T)
+    batch = max(1, min(n_boot, _CELLS_PER_BATCH // s))
+    parts = []
+    for done in range(0, n_boot, batch):
+        sums = _resampled_sums(rng.integers(0, s, size=(min(batch, n_boot - done), s)), both, bt) / s
+        mean, square = sums[:, :m], sums[:, m:]
+        se_star = np.sqrt(np.maximum(square - mean**2, 0.0) / (s - 1))
+        diff = np.abs(mean - value[live])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            parts.append(np.where(se_star > 0, diff / se_star, np.where(diff > 1e-12 * (1 + np.abs(value[live])), np.inf, 0.0)))
+    t = np.concatenate(parts)
+    p = sps.rankdata(-t, axis=0, method="max") / len(t)  # the share of resamples at least as extreme, per column
+    level = float(np.quantile(p.min(axis=1), 1.0 - confidence))
+    crit = np.quantile(t, 1.0 - level, axis=0, method="higher")
+    half = np.zeros_like(value)
+    half[live] = crit * se[live]
+    return value, value - half, value + half, level
 
 
 def majority_prob_from_fraction(fraction: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -8,6 +8,13 @@ Definitions (this project's extension of the gap paper; docs/paper-map.md):
 - The departure layer is the first layer from which E's 95% CI excludes 0 at that layer and every later one
   (None when the last layer's does not). Its CI: the same rule applied inside each resample of an outer bootstrap
   over scenarios, with an inner bootstrap for the per-layer CIs (percentiles of the outer resamples' departures).
+- E's simultaneous band over layers (stats.core.bootstrap.simultaneous_band: studentized bootstrap, min-p
+  calibrated) covers the whole curve at once with about 95% probability. "E is 0 at every layer below b" is a claim
+  about all those layers together, so it is read from the band (`band_excludes_zero`): where E is 0 at each of 20
+  layers, their per-layer CIs exclude 0 somewhere far more often than 5% of the time (64% for exact intervals on
+  independent layers). The departure rule keeps the per-layer CIs: its claim, "E is not 0 at this layer and at
+  every later one", holds only if every one of those CIs excludes 0, which needs no correction (an
+  intersection-union test).
 - Closure at layer l of a source: sum over scenarios of (p_agent - p_patched(l)) over the sum of
   (p_agent - p_source) of the same scenario's judge patch (its p_D - p_J0 in the patched orders): the share of the
   gap the patch closes, a ratio of means (a scenario whose own gap is near 0 does not blow it up).
@@ -22,7 +29,7 @@ import pandas as pd
 
 from contract.names import DEPTH_CELLS, LENSES, PATCH_SOURCES
 from contract.readouts import readout
-from stats.core.bootstrap import scenario_bootstrap
+from stats.core.bootstrap import scenario_bootstrap, simultaneous_band
 
 AGENT, JUDGE = readout("D").name, readout("J0").name
 """The readouts whose depth profiles the excess compares (D and the letter-only judge)."""
@@ -57,6 +64,13 @@ def first_departure(low: np.ndarray, high: np.ndarray) -> int | None:
     return k
 
 
+def band_excludes_zero(estimates: pd.DataFrame, quantity: str = "E") -> list[int]:
+    """The layers at which `quantity`'s simultaneous band (depth_estimates' band_low/band_high) excludes 0; empty when
+    it covers 0 at every layer."""
+    q = estimates[estimates.quantity == quantity].sort_values("layer")
+    return [int(layer) for layer, lo, hi in zip(q.layer, q.band_low, q.band_high) if lo > 0 or hi < 0]
+
+
 def layer_matrix(depth: pd.DataFrame, readout: str, cell: str, lens: str = LENSES[0]) -> pd.DataFrame:
     """Scenarios x layers: p_violating through `lens` averaged over option orders."""
     d = depth[(depth.readout == readout) & (depth.cell == cell) & (depth.lens == lens)]
@@ -80,17 +94,21 @@ def paired_columns(depth: pd.DataFrame, lens: str = LENSES[0]) -> tuple[np.ndarr
 
 
 def depth_estimates(depth: pd.DataFrame, rng: np.random.Generator, n_boot: int, lens: str = LENSES[0]) -> pd.DataFrame:
-    """depth_layers.csv: one row per layer x quantity (QUANTITIES) through `lens`: value, 95% CI, SE, n scenarios."""
+    """depth_layers.csv: one row per layer x quantity (QUANTITIES) through `lens`: value, 95% CI, SE, n scenarios, and
+    the quantity's 95% simultaneous band over the layers (band_low, band_high: module docstring)."""
     layers, ids, values = paired_columns(depth, lens)
     rows = []
     if not ids:
-        return pd.DataFrame(columns=["layer", "quantity", "value", "low", "high", "se", "n"])
+        return pd.DataFrame(columns=["layer", "quantity", "value", "low", "high", "se", "n", "band_low", "band_high"])
     s, q, n_layers = values.shape
     value, low, high, se = scenario_bootstrap(values.reshape(s, q * n_layers), rng, n_boot)
+    bands = [simultaneous_band(values[:, qi, :], rng, n_boot) for qi in range(q)]  # drawn after: the CIs' stream kept
     for qi, name in enumerate(QUANTITIES):
+        _, band_low, band_high, _ = bands[qi]
         for li, layer in enumerate(layers):
             k = qi * n_layers + li
-            rows.append(dict(layer=int(layer), quantity=name, value=value[k], low=low[k], high=high[k], se=se[k], n=s))
+            rows.append(dict(layer=int(layer), quantity=name, value=value[k], low=low[k], high=high[k], se=se[k], n=s,
+                             band_low=band_low[li], band_high=band_high[li]))
     return pd.DataFrame(rows)
 
 

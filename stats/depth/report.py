@@ -16,14 +16,16 @@ from stats.core.figures import BAND, MEASURE, NULL, legend_of_drawn, new_figure,
 from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
-from stats.depth.compute import Departure, closure_estimates, departure, depth_estimates, lens_kl, lenses_read, paired_columns
+from stats.depth.compute import Departure, band_excludes_zero, closure_estimates, departure, depth_estimates, lens_kl, lenses_read, paired_columns
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
 
 DEFINITIONS = (
     "E(l): the paired excess (p_D - p_J0) primary - twin at layer l, each read through the logit lens (final norm, "
     "then the head in fp32), on scenarios read in both cells; the departure layer is the first layer from which E's 95% "
-    "CI excludes 0 at every later layer; a tuned lens (engine/tuned_lens.py) reads the same streams through a trained "
-    "affine translator per layer first. KL: the lens's full-vocabulary distribution at l from the model's own (nats). "
+    "CI excludes 0 at every later layer; the simultaneous band covers the whole curve at once with about 95% "
+    "probability (the claim that E is 0 at every layer of a range is read from it, not from the per-layer CIs); a "
+    "tuned lens (engine/tuned_lens.py) reads the same streams through a trained affine translator per layer first. "
+    "KL: the lens's full-vocabulary distribution at l from the model's own (nats). "
     "Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
     "replacing the agent's read-position residual after layer l closes, a ratio of means over scenarios. "
     "Definitions: docs/depth.md (this project's extension; neither paper reads below the last layer).")
@@ -67,6 +69,13 @@ def departure_text(dep: Departure) -> str:
     return where
 
 
+def band_text(excluded: list[int]) -> str:
+    if not excluded:
+        return "E's 95% simultaneous band over the layers covers 0 at every layer"
+    return f"E's 95% simultaneous band over the layers excludes 0 at layer{'s' if len(excluded) > 1 else ''} " + \
+        ", ".join(str(x) for x in excluded)
+
+
 def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
     fig, (ax_e, ax_p) = new_figure(9.5, 3.6, 2)
     lenses = [x for x in LENSES if x in set(layers.lens)]
@@ -76,6 +85,9 @@ def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
         d = layers[(layers.quantity == name) & (layers.lens == lens)].sort_values("layer")
         ax.plot(d.layer, d.value, color=colour, marker="o", ms=3, label=label)
         ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
+        if ax is ax_e and "band_low" in d and d.band_low.notna().any():
+            ax.plot(d.layer, d.band_low, color=colour, ls=":", lw=1, label=f"{label}: simultaneous band")
+            ax.plot(d.layer, d.band_high, color=colour, ls=":", lw=1)
     for ax in (ax_e, ax_p):
         ax.set_xlabel("layer (0: embeddings; logit lens)" if ax is ax_p or len(lenses) == 1 else "layer (0: embeddings)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -85,7 +97,7 @@ def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
         ax_e.axvline(dep.layer, color=NULL if len(lenses) > 1 else BAND, ls="--", lw=1,
                      label=f"departure ({dep.layer}" + (", logit lens)" if len(lenses) > 1 else ")"))
     n = int(layers.n.iloc[0]) if len(layers) else 0
-    ax_e.set_title(f"paired excess E by layer, 95% CI ({n} scenarios)", fontsize=9)
+    ax_e.set_title(f"paired excess E by layer, 95% CI and simultaneous band ({n} scenarios)", fontsize=9)
     ax_e.set_ylabel("E = (p_D - p_J0) primary - twin")
     ax_p.set_title("primary cell: p_D and p_J0 by layer", fontsize=9)
     ax_p.set_ylabel("violating mass (normalized)")
@@ -141,7 +153,10 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
     lenses = ", ".join(f"{x} lens" for x in deps) or "logit lens"
     write_table(layers, out, "depth_layers", f"Through depth: p_D, p_J0, g (primary) and E by layer ({lenses})")
     written.append("depth_layers.csv")
-    lines = [f"depth{'' if lens == LENSES[0] else f' ({lens} lens)'}: {departure_text(dep)}" for lens, dep in deps.items()]
+    lines = []
+    for lens, dep in deps.items():
+        name = "depth" + ("" if lens == LENSES[0] else f" ({lens} lens)")
+        lines += [f"{name}: {departure_text(dep)}", f"{name}: {band_text(band_excludes_zero(layers[layers.lens == lens]))}"]
     if not deps:
         lines.append(f"depth: {departure_text(Departure(None, float('nan'), float('nan'), float('nan'), 0, 0))}")
     if len(layers):

@@ -2,10 +2,11 @@
 organism's adapter merged recovers where its planted behaviour lives. Depth i is the stream after decoder layer i
 (0-based layer b's output is depth b + 1), so an adapter on layers b0..b1 can move nothing below depth b0 + 1.
 
-- `gap-deep` (the gap organism's targets from an adapter on layers 20-29, the band the issue names): E's CI covers 0
-  at every depth <= b0 and the departure layer is > b0; the judge patch at depths at or above
-  the departure closes at least half of the gap; the foreign-scenario control closes less than a quarter.
-- `no-gap`: no departure layer. `position-a`: E's CI covers 0 at every depth.
+- `gap-deep` (the gap organism's targets from an adapter on layers 20-29, the band the issue names): E's simultaneous
+  band covers 0 at every depth <= b0 ("E is 0 at every layer below the band" is a claim about all of them at once:
+  docs/depth.md) and the departure layer is > b0; the judge patch at depths at or above the departure closes at
+  least half of the gap; the foreign-scenario control closes less than a quarter.
+- `no-gap`: no departure layer. `position-a`: E's simultaneous band covers 0 at every depth.
 Skipped until the organisms package and its adapters are on the branch (they ship in organisms/data/<name>/)."""
 
 import dataclasses
@@ -19,7 +20,7 @@ from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
 from stats.core.seeding import rng_for
-from stats.depth.compute import closure_estimates, departure, depth_estimates, paired_columns
+from stats.depth.compute import band_excludes_zero, closure_estimates, departure, depth_estimates, paired_columns
 
 SCENARIOS = 10
 """The quick profile's ten gap-v1 scenarios: the records the organisms are trained on (their known answers; on other
@@ -55,11 +56,16 @@ def depth_run(name: str, out) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def analysed(depth: pd.DataFrame, n_boot: int = 2000):
+    """(E by depth with its per-layer CI and simultaneous band, departure)."""
     est = depth_estimates(depth, rng_for(0, "layers"), n_boot)
     layers, _, values = paired_columns(depth)
     dep = departure(values[:, 3, :], layers, est, rng_for(0, "departure"), n_outer=300, n_inner=300)
     e = est[est.quantity == "E"].sort_values("layer")
     return e, dep
+
+
+def band_leaves_zero(e: pd.DataFrame) -> list[int]:
+    return band_excludes_zero(e.assign(quantity="E"))
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +101,12 @@ def deep(tmp_path_factory):
 def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(deep):
     b0, e, dep, c = deep
     below = e[e.layer <= b0]
-    # Below the band the stream is the base model's (the adapter cannot reach it): its lens E is the base model's
-    # own, a few thousandths at some depths on these ten scenarios (docs/depth.md). Asserted: practically zero.
+    # Below the band the stream is the base model's (the adapter cannot reach it): E's simultaneous band covers 0 at
+    # every one of those depths (measured: the band leaves 0 at depths 27, 28 and 30 only), though the per-layer CIs
+    # of depths 17 and 19 exclude 0 by less than a thousandth (docs/depth.md).
+    print("DEPTH gap-deep simultaneous band leaves 0 at", band_leaves_zero(e))
+    assert not [x for x in band_leaves_zero(e) if x <= b0], e
+    assert band_leaves_zero(e), e  # and it does leave 0 inside the band: the band is not wide enough to hide the gap
     assert (below.low >= -0.01).all() and (below.high <= 0.01).all(), below
     assert dep.layer is not None and dep.layer > b0, dep
     at = c[c.layer >= dep.layer].set_index(["source", "layer"]).closure
@@ -105,21 +115,19 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
 
 @SLOW
 @pytest.mark.smollm
-@pytest.mark.xfail(strict=True, reason="issue 28's figures not met on gap-deep: the base model's lens E below the band "
-                   "excludes 0 by ~0.001 at depths 17 and 19, and a foreign scenario's judge residual closes the gap as "
-                   "well as the scenario's own (the organism judges every scenario alike); the base model's lens E "
-                   "(-0.007 at depth 29) gives no-gap a departure and position-a nonzero depths (docs/depth.md)")
+@pytest.mark.xfail(strict=True, reason="two of issue 28's figures are not met: a foreign scenario's judge residual closes "
+                   "the gap as well as the scenario's own (the organism judges every scenario alike), and no-gap has a "
+                   "departure at depth 29 (-0.007 at depths 29 and 30: per-layer CIs exclude 0; docs/depth.md)")
 def test_depth_figures_as_the_issue_states_them(deep, flat):
     b0, e, dep, c = deep
-    below = e[e.layer <= b0]
-    covers_below = bool(((below.low <= 0) & (below.high >= 0)).all())
+    covers_below = not [x for x in band_leaves_zero(e) if x <= b0]
     at = c[c.layer >= dep.layer].set_index(["source", "layer"]).closure
     foreign_small = bool((at.loc["foreign_judge"] < 0.25).all())
     _, no_gap_dep = flat("no-gap")
     pos_e, _ = flat("position-a")
-    pos_zero = bool(((pos_e.low <= 0) & (pos_e.high >= 0)).all())
-    print("DEPTH issue figures: CI covers 0 below the band", covers_below, "; foreign control < 0.25", foreign_small,
-          "; no-gap departure", no_gap_dep.layer, "; position-a E covers 0 at every depth", pos_zero)
+    pos_zero = not band_leaves_zero(pos_e)
+    print("DEPTH issue figures: band covers 0 below the band", covers_below, "; foreign control < 0.25", foreign_small,
+          "; no-gap departure", no_gap_dep.layer, "; position-a band covers 0 at every depth", pos_zero)
     assert covers_below and foreign_small and no_gap_dep.layer is None and pos_zero
 
 
@@ -130,8 +138,9 @@ def test_depth_finds_no_gap_where_none_is_planted(name, flat):
     e, dep = flat(name)
     print("DEPTH", name, "E by depth:", [(int(r.layer), round(r.value, 3), round(r.low, 3), round(r.high, 3))
                                          for r in e.itertuples()], "departure:", dep)
-    # Both adapters sit on the last layer, so depths 0-29 are the base model's stream: its own lens E, a few
-    # thousandths, has CIs that exclude 0 at some depths on these ten scenarios (-0.007 [-0.016, -0.001] at 29, so
-    # the departure rule, which has no size threshold, finds a departure there; docs/depth.md). Asserted: every E's
-    # CI within +-0.01 (the issue's "no departure" and "E is 0 at every layer" are in the strict expected failure).
+    # Both adapters sit on the last layer, so depths 0-29 are the base model's stream. E's simultaneous band covers 0
+    # at every depth; per-layer CIs exclude 0 at some (-0.007 [-0.016, -0.001] at 29, so the departure rule finds a
+    # departure there on no-gap: in the strict expected failure; docs/depth.md).
+    print("DEPTH", name, "simultaneous band leaves 0 at", band_leaves_zero(e))
+    assert band_leaves_zero(e) == [], e
     assert (e.low >= -0.01).all() and (e.high <= 0.01).all(), e

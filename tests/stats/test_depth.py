@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from contract.tables import DEPTH, PATCHING
+from stats.core.bootstrap import scenario_bootstrap, simultaneous_band
 from stats.core.seeding import rng_for
-from stats.depth.compute import closure_estimates, departure, depth_estimates, first_departure, paired_columns
+from stats.depth.compute import band_excludes_zero, closure_estimates, departure, depth_estimates, first_departure, paired_columns
 from stats.depth.report import run_depth_report
 
 LAYERS = 8
@@ -89,6 +90,32 @@ def test_planted_null_has_no_departure():
     assert dep.layer is None and dep.p_none > 0.5
 
 
+def test_no_layer_of_a_planted_null_leaves_the_simultaneous_band():
+    # Ten scenarios, nine layers, E 0 at every one: on seed 3 the per-layer CIs exclude 0 at layers 0 and 1 (one 95%
+    # CI among nine misses often), so "E is 0 at every layer" read from them fails; the band covers 0 everywhere.
+    est = depth_estimates(planted_depth(n=10, effect=0.0, seed=3), rng_for(0, "layers"), 2000)
+    e = est[est.quantity == "E"].sort_values("layer")
+    assert [int(x) for x in e.layer[(e.low > 0) | (e.high < 0)]] == [0, 1]
+    assert band_excludes_zero(est) == []
+    assert (e.band_low <= e.low).all() and (e.band_high >= e.high).all()
+    # The planted effect still leaves it, at exactly the planted layers.
+    assert band_excludes_zero(depth_estimates(planted_depth(n=10, effect=0.25, start=5, seed=1), rng_for(0, "layers"),
+                                              2000)) == [5, 6, 7, 8]
+
+
+def test_the_band_is_each_quantitys_own_over_the_layers():
+    df = planted_depth(n=12, effect=0.2, seed=4)
+    layers, _, values = paired_columns(df)
+    rng = rng_for(0, "t")
+    est = depth_estimates(df, rng, 500)
+    rng = rng_for(0, "t")
+    scenario_bootstrap(values.reshape(len(values), -1), rng, 500)  # the per-layer CIs' draws come first
+    for qi, name in enumerate(("p_D", "p_J0", "g", "E")):
+        _, low, high, _ = simultaneous_band(values[:, qi, :], rng, 500)
+        q = est[est.quantity == name].sort_values("layer")
+        assert q.band_low.to_numpy() == pytest.approx(low) and q.band_high.to_numpy() == pytest.approx(high)
+
+
 def test_first_departure_needs_every_later_layer():
     lo, hi = np.array([-1, 1, -1, 1, 1.0]), np.array([1, 2, 1, 2, 2.0])
     assert first_departure(lo, hi) == 3  # layer 1 excludes 0 but layer 2 does not
@@ -140,6 +167,7 @@ def test_readout_stats_writes_depth_tables_and_figures(tmp_path):
     for name in ("depth_layers.csv", "depth_departure.md", "depth_closure.csv", "depth_excess.png", "depth_closure.png"):
         assert (out / name).is_file(), name
     assert any("departure layer 5" in line for line in lines)
+    assert any("simultaneous band over the layers excludes 0 at layers 5, 6, 7, 8" in line for line in lines), lines
     layers = pd.read_csv(out / "depth_layers.csv")
     assert set(layers.quantity) == {"p_D", "p_J0", "g", "E"}
 
