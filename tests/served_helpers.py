@@ -64,13 +64,15 @@ class VllmServer:
         self.python, self.model_dir, self.port = python, model_dir, port or free_port()
         self.log = log
         self.proc: subprocess.Popen | None = None
+        self._out = None  # the log file the running server writes to, closed by stop()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self, timeout: float = 300.0) -> None:
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        self._out = open(self.log, "ab") if self.log else None
+        out = self._out if self._out is not None else subprocess.DEVNULL
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "2"}
         self.proc = subprocess.Popen(
@@ -82,7 +84,9 @@ class VllmServer:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode} (log: {self.log})")
+                code = self.proc.returncode
+                self.stop()
+                raise RuntimeError(f"vLLM exited with {code} (log: {self.log})")
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
                 conn.request("GET", "/health")
@@ -104,6 +108,9 @@ class VllmServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        if self._out is not None:
+            self._out.close()
+            self._out = None
 
 
 def post(url: str, path: str, body: dict, timeout: float = 60.0) -> dict:

@@ -6,8 +6,9 @@ DEPTH_MARKDOWN = "depth_departure.md"
 DEPTH_OUTPUTS = (*DEPTH_TABLES, "depth_layers.md", "depth_closure.md", "depth_lens_kl.md", DEPTH_MARKDOWN, *DEPTH_FIGURES)
 CAPTIONS = {
     "depth_excess.png": "paired excess E = (p_D - p_J0) primary - twin by layer through the logit lens (and the tuned "
-                        "lens when the run has one), 95% paired scenario bootstrap band, the logit lens's departure layer "
-                        "dashed; beside it p_D and p_J0 of the primary cell (logit lens)",
+                        "lens when the run has one), 95% paired scenario bootstrap band per layer, the simultaneous 95% band "
+                        "over the layers dotted, the logit lens's departure layer dashed; beside it p_D and p_J0 of the "
+                        "primary cell (logit lens)",
     "depth_lens_kl.png": "KL divergence of each lens's full-vocabulary distribution at a layer from the model's own, at "
                          "the read positions: mean and 90th percentile over the reads (log scale)",
     "depth_closure.png": "share of p_D - p_J0 the patch closes, by patched layer: the judge prompt's residual, the twin's "

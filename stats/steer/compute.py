@@ -107,6 +107,10 @@ def _at_strength(q: pd.DataFrame, band: pd.DataFrame, layer: int, strength: floa
     out["random_low"] = float(b["low"].iloc[0]) if len(b) else np.nan
     out["random_high"] = float(b["high"].iloc[0]) if len(b) else np.nan
     out["random_within"] = bool(len(b)) and max(abs(out["random_low"] - e0), abs(out["random_high"] - e0)) < bound
+    # Not a figure of the verdict: how far J0 moves (either cell) under random directions of the same norm, beside
+    # the direction's own J0 move (a direction-specific move of the judgment, or any push's).
+    j = band[(band.layer == layer) & (band.strength == strength) & band.quantity.isin(("J0_move", "J0_twin_move"))]
+    out["random_J0_move"] = float(j[["low", "high"]].abs().to_numpy().max()) if len(j) else np.nan
     out["judgment_kept"] = abs(out["J0_move"]) < bound and abs(out["J0_twin_move"]) < bound
     out["twin_kept"] = abs(out["twin_move"]) < bound
     out["met"] = out["halved"] and out["twin_kept"] and out["judgment_kept"] and out["random_within"]
@@ -115,7 +119,8 @@ def _at_strength(q: pd.DataFrame, band: pd.DataFrame, layer: int, strength: floa
 
 def verdict(est: pd.DataFrame, band: pd.DataFrame, direction: str, layer: int, bound: float = 0.05) -> dict:
     """At one layer of the steered direction, the acceptance figures (E, E0, whether E fell by at least half, the
-    twin's and J0's moves, the random band's E against E0, `met`: all four hold) at the weakest strength where all
+    twin's and J0's moves, the random band's E against E0, `met`: all four hold; beside them `random_J0_move`, the
+    largest |J0 move| of either cell under the random directions) at the weakest strength where all
     four hold, or, where none does, at the strength whose E is least. (A claim needs one strength at which E halves
     while the twin, J0 and the random band stay: the least-E strength alone may be one that also moves the twin.)"""
     e = est[(est.direction == direction) & (est.layer == layer)]

@@ -78,14 +78,15 @@ def summary_markdown(rows: list[dict], cap: pd.DataFrame, direction: str, manife
             f"{len(st.get('random_seeds', []))} random directions.\n\n")
     table = md_table(
         ["layer", "strength", "E", "E unsteered", "halved", "p_D(twin) move", "J0 move (primary / twin)",
-         "random E range", "capability ratio", "all met"],
+         "random E range", "random directions' largest J0 move", "capability ratio", "all met"],
         [[r["layer"], num(r["strength"], 2), f"{num(r['E'])} [{num(r['E_low'])}, {num(r['E_high'])}]",
           f"{num(r['E0'])} [{num(r['E0_low'])}, {num(r['E0_high'])}]", "yes" if r["halved"] else "no", num(r["twin_move"]),
           f"{num(r['J0_move'])} / {num(r['J0_twin_move'])}", f"{num(r['random_low'])} .. {num(r['random_high'])}",
-          _cap_ratio(cap, direction, r["layer"], r["strength"]), "yes" if r["met"] else "no"] for r in rows])
+          num(r["random_J0_move"]), _cap_ratio(cap, direction, r["layer"], r["strength"]), "yes" if r["met"] else "no"] for r in rows])
     note = ("Per layer, the weakest strength at which E is halved while the twin's p_D, J0 (primary and twin) and the "
             "random band's E each stay within 0.05 of unsteered (`all met`), or, where no strength meets them all, the "
-            "strength with the least E.\n\n")
+            "strength with the least E. Beside them, not part of the verdict: the largest J0 move (either cell) under the random "
+            "directions, against which the direction's own J0 move reads as the direction's or as any push's.\n\n")
     return md_section("Steering (held-out split)", head + note + table + "\n\n" + DEFINITIONS)
 
 

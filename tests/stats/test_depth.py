@@ -98,9 +98,10 @@ def test_no_layer_of_a_planted_null_leaves_the_simultaneous_band():
     assert [int(x) for x in e.layer[(e.low > 0) | (e.high < 0)]] == [0, 1]
     assert band_excludes_zero(est) == []
     assert (e.band_low <= e.low).all() and (e.band_high >= e.high).all()
-    # The planted effect still leaves it, at exactly the planted layers.
-    assert band_excludes_zero(depth_estimates(planted_depth(n=10, effect=0.25, start=5, seed=1), rng_for(0, "layers"),
-                                              2000)) == [5, 6, 7, 8]
+    # A planted effect still leaves it, at exactly the planted layers, of either sign.
+    for effect in (0.25, -0.08):
+        planted = planted_depth(n=10, effect=effect, start=5, seed=1)
+        assert band_excludes_zero(depth_estimates(planted, rng_for(0, "layers"), 2000)) == [5, 6, 7, 8], effect
 
 
 def test_the_band_is_each_quantitys_own_over_the_layers():

@@ -96,6 +96,22 @@ def test_verdict_takes_a_strength_that_meets_every_figure_over_the_least_e():
     assert e.idxmin() == 2.0  # the least-E strength is the one that moves the twin
 
 
+def test_the_random_directions_largest_j0_move_is_read_beside_the_verdict():
+    """Random direction 1 moves J0 of the twin cell by -0.03 at strength 2 (direction 2 moves the primary's by +0.01):
+    the verdict at strength 2 reports 0.03, the largest |move| of either cell over the random directions, not the
+    mean (0.0133) or the primary cell's alone (0.01); at strength 1 nothing moves."""
+    t = planted(-0.15)
+    rnd = (t.direction == "random") & (t.strength == 2.0) & (t.readout == "J0")
+    t.loc[rnd & (t.direction_seed == 1) & (t.cell == "twin"), "p_violating"] -= 0.03
+    t.loc[rnd & (t.direction_seed == 2) & (t.cell == "primary"), "p_violating"] += 0.01
+    est = estimates(t, rng_for(0, "t"), 500)
+    band = random_band(est)
+    at2 = verdict(est[est.strength.isin((0.0, 2.0))], band, "pressure", 28)
+    assert at2["strength"] == 2.0 and abs(at2["random_J0_move"] - 0.03) < 1e-9
+    at1 = verdict(est[est.strength.isin((0.0, 1.0))], band, "pressure", 28)
+    assert at1["strength"] == 1.0 and abs(at1["random_J0_move"]) < 1e-9
+
+
 def test_capability_ratio():
     cap = pd.DataFrame([dict(model="m", direction="none", direction_seed=None, layer=None, strength=0.0, positions="read",
                              loss=2.0, tokens=10),
