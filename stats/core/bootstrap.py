@@ -178,17 +178,18 @@ def simultaneous_band(columns: np.ndarray, rng: np.random.Generator, n_boot: int
     if not live.any():
         return value, value.copy(), value.copy(), 1.0 - confidence
     m = int(live.sum())
-    both = np.column_stack([x[:, live], x[:, live] ** 2])
+    centred = x[:, live] - value[live]  # resampled moments of deviations: no cancellation against the mean's square
+    both = np.column_stack([centred, centred**2])
     bt = np.ascontiguousarray(both.T)
     batch = max(1, min(n_boot, _CELLS_PER_BATCH // s))
     parts = []
     for done in range(0, n_boot, batch):
         sums = _resampled_sums(rng.integers(0, s, size=(min(batch, n_boot - done), s)), both, bt) / s
-        mean, square = sums[:, :m], sums[:, m:]
-        se_star = np.sqrt(np.maximum(square - mean**2, 0.0) / (s - 1))
-        diff = np.abs(mean - value[live])
+        shift, square = sums[:, :m], sums[:, m:]  # mean* - mean, and the resample's mean squared deviation from mean
+        se_star = np.sqrt(np.maximum(square - shift**2, 0.0) / (s - 1))
+        diff = np.abs(shift)
         with np.errstate(divide="ignore", invalid="ignore"):
-            parts.append(np.where(se_star > 0, diff / se_star, np.where(diff > 1e-12 * (1 + np.abs(value[live])), np.inf, 0.0)))
+            parts.append(np.where(se_star > 0, diff / se_star, np.where(diff > 1e-12 * se[live], np.inf, 0.0)))
     t = np.concatenate(parts)
     p = sps.rankdata(-t, axis=0, method="max") / len(t)  # the share of resamples at least as extreme, per column
     level = float(np.quantile(p.min(axis=1), 1.0 - confidence))

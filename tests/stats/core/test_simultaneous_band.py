@@ -2,7 +2,8 @@
 at once about 95% of the time at 30 scenarios and at the organisms' 10 (where the columns' own 95% CIs, together,
 do not, and the plain bootstrap band, resamples scaled by their spread, covers 62-85%); it equals a loop written here
 from the same draws; its common level is one column's 5% when all columns are one (not Bonferroni's 5%/k) and
-Sidak's for independent columns; an outlying column widens its own band only; a constant column keeps its point."""
+Sidak's for independent columns; an outlying column widens its own band only; a column of nearly equal values near a
+large mean gets the band its spread gives; a constant column keeps its point."""
 
 import numpy as np
 import pytest
@@ -91,6 +92,20 @@ def test_a_constant_column_keeps_its_point_and_leaves_the_others_alone():
     assert low[1] == high[1] == value[1] == 0.25
     _, low2, high2, level2 = simultaneous_band(x[:, [0, 2]], np.random.default_rng(4), 500)
     assert level == pytest.approx(level2) and low[[0, 2]] == pytest.approx(low2) and high[[0, 2]] == pytest.approx(high2)
+
+
+def test_a_column_near_a_large_mean_gets_the_band_its_spread_gives():
+    # Lens reads of 0.3 +- 1e-9 (depths where every scenario reads alike): E[x^2] - mean^2 would cancel to rounding
+    # noise there. In units of each column's se the band is the same as for the same deviations scaled to order 1.
+    rng = np.random.default_rng(0)
+    dev = rng.normal(0.0, 1.0, (10, 3))
+    tiny = 0.3 + dev * np.array([1e-9, 1e-5, 1e-9])
+    big = dev * 1e3
+    widths = []
+    for x in (tiny, big):
+        value, low, high, level = simultaneous_band(x, np.random.default_rng(1), 2000)
+        widths.append(((high - value) / (x.std(axis=0, ddof=1) / np.sqrt(10)), level))
+    assert widths[0][0] == pytest.approx(widths[1][0], rel=1e-5) and widths[0][1] == widths[1][1]
 
 
 def test_fewer_than_two_scenarios_give_no_band():
