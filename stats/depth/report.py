@@ -16,7 +16,17 @@ from stats.core.figures import BAND, MEASURE, NULL, legend_of_drawn, new_figure,
 from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
-from stats.depth.compute import Departure, band_excludes_zero, closure_estimates, departure, depth_estimates, lens_kl, lenses_read, paired_columns
+from stats.depth.compute import (
+    Departure,
+    band_excludes_zero,
+    band_unbounded,
+    closure_estimates,
+    departure,
+    depth_estimates,
+    lens_kl,
+    lenses_read,
+    paired_columns,
+)
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
 
 DEFINITIONS = (
@@ -69,11 +79,18 @@ def departure_text(dep: Departure) -> str:
     return where
 
 
-def band_text(excluded: list[int]) -> str:
-    if not excluded:
-        return "E's 95% simultaneous band over the layers covers 0 at every layer"
-    return f"E's 95% simultaneous band over the layers excludes 0 at layer{'s' if len(excluded) > 1 else ''} " + \
-        ", ".join(str(x) for x in excluded)
+def band_text(excluded: list[int], unbounded: list[int] = ()) -> str:
+    def layers(xs):
+        return f"layer{'s' if len(xs) > 1 else ''} " + ", ".join(str(x) for x in xs)
+
+    if excluded:
+        text = f"E's 95% simultaneous band over the layers excludes 0 at {layers(excluded)}"
+    else:
+        text = "E's 95% simultaneous band over the layers covers 0 at every layer (no layer's E is distinguishable from 0)"
+    if unbounded:
+        text += (f"; it is unbounded at {layers(unbounded)} (too many scenarios share one value there for the studentized "
+                 "bootstrap), where covering 0 says nothing")
+    return text
 
 
 def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
@@ -156,7 +173,8 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
     lines = []
     for lens, dep in deps.items():
         name = "depth" + ("" if lens == LENSES[0] else f" ({lens} lens)")
-        lines += [f"{name}: {departure_text(dep)}", f"{name}: {band_text(band_excludes_zero(layers[layers.lens == lens]))}"]
+        own = layers[layers.lens == lens]
+        lines += [f"{name}: {departure_text(dep)}", f"{name}: {band_text(band_excludes_zero(own), band_unbounded(own))}"]
     if not deps:
         lines.append(f"depth: {departure_text(Departure(None, float('nan'), float('nan'), float('nan'), 0, 0))}")
     if len(layers):

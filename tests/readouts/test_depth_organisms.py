@@ -10,6 +10,7 @@ organism's adapter merged recovers where its planted behaviour lives. Depth i is
 Skipped until the organisms package and its adapters are on the branch (they ship in organisms/data/<name>/)."""
 
 import dataclasses
+import math
 import os
 
 import pandas as pd
@@ -19,8 +20,9 @@ from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
+from stats.core.bootstrap import simultaneous_band
 from stats.core.seeding import rng_for
-from stats.depth.compute import band_excludes_zero, closure_estimates, departure, depth_estimates, paired_columns
+from stats.depth.compute import band_excludes_zero, band_unbounded, closure_estimates, departure, depth_estimates, paired_columns
 
 SCENARIOS = 10
 """The quick profile's ten gap-v1 scenarios: the records the organisms are trained on (their known answers; on other
@@ -65,7 +67,10 @@ def analysed(depth: pd.DataFrame, n_boot: int = 2000):
 
 
 def band_leaves_zero(e: pd.DataFrame) -> list[int]:
-    return band_excludes_zero(e.assign(quantity="E"))
+    """The depths where E's simultaneous band excludes 0, after checking that it is finite everywhere (an unbounded
+    band covers 0 without saying anything)."""
+    assert band_unbounded(e) == [], e
+    return band_excludes_zero(e)
 
 
 @pytest.fixture(scope="module")
@@ -84,28 +89,36 @@ def flat(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deep(tmp_path_factory):
-    """gap-deep's depth run, analysed: (band's first layer, E by depth, departure, closure by source and depth)."""
+    """gap-deep's depth run, analysed: (band's first layer, E by depth, departure, closure by source and depth, the
+    depths <= b0 where the band over those depths alone leaves 0 or is unbounded)."""
     b0, _ = organism_band("gap-deep")
     depth, patching = depth_run("gap-deep", tmp_path_factory.mktemp("depth") / "gap-deep")
     e, dep = analysed(depth)
+    # The claim "E is 0 at every depth up to b0" is about those depths alone: their own simultaneous band (narrower
+    # than the band over every depth) must not leave 0 either.
+    layers, _, values = paired_columns(depth)
+    _, low, high, _ = simultaneous_band(values[:, 3, layers <= b0], rng_for(0, "below the band"), 2000)
+    below = [int(x) for x, lo, hi in zip(layers[layers <= b0], low, high) if not (math.isfinite(lo) and math.isfinite(hi) and lo <= 0 <= hi)]
+    print("DEPTH gap-deep band over depths <= b0 alone leaves 0 (or is unbounded) at", below)
     c = closure_estimates(patching, rng_for(0, "closure"), 2000)
     print("DEPTH gap-deep E by depth:", [(int(r.layer), round(r.value, 3), round(r.low, 3), round(r.high, 3))
                                          for r in e.itertuples()], "departure:", dep)
     print("DEPTH gap-deep closure:", [(r.source, int(r.layer), round(r.closure, 3), round(r.low, 3), round(r.high, 3))
                                       for r in c.itertuples()])
-    return b0, e, dep, c
+    return b0, e, dep, c, below
 
 
 @SLOW
 @pytest.mark.smollm
 def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(deep):
-    b0, e, dep, c = deep
+    b0, e, dep, c, below_alone = deep
     below = e[e.layer <= b0]
     # Below the band the stream is the base model's (the adapter cannot reach it): E's simultaneous band covers 0 at
     # every one of those depths (measured: the band leaves 0 at depths 27, 28 and 30 only), though the per-layer CIs
     # of depths 17 and 19 exclude 0 by less than a thousandth (docs/depth.md).
     print("DEPTH gap-deep simultaneous band leaves 0 at", band_leaves_zero(e))
     assert not [x for x in band_leaves_zero(e) if x <= b0], e
+    assert below_alone == [], below_alone
     assert band_leaves_zero(e), e  # and it does leave 0 inside the band: the band is not wide enough to hide the gap
     assert (below.low >= -0.01).all() and (below.high <= 0.01).all(), below
     assert dep.layer is not None and dep.layer > b0, dep
@@ -119,8 +132,8 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
                    "the gap as well as the scenario's own (the organism judges every scenario alike), and no-gap has a "
                    "departure at depth 29 (-0.007 at depths 29 and 30: per-layer CIs exclude 0; docs/depth.md)")
 def test_depth_figures_as_the_issue_states_them(deep, flat):
-    b0, e, dep, c = deep
-    covers_below = not [x for x in band_leaves_zero(e) if x <= b0]
+    b0, e, dep, c, below_alone = deep
+    covers_below = not [x for x in band_leaves_zero(e) if x <= b0] and not below_alone
     at = c[c.layer >= dep.layer].set_index(["source", "layer"]).closure
     foreign_small = bool((at.loc["foreign_judge"] < 0.25).all())
     _, no_gap_dep = flat("no-gap")

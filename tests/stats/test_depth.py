@@ -9,7 +9,7 @@ import pytest
 from contract.tables import DEPTH, PATCHING
 from stats.core.bootstrap import scenario_bootstrap, simultaneous_band
 from stats.core.seeding import rng_for
-from stats.depth.compute import band_excludes_zero, closure_estimates, departure, depth_estimates, first_departure, paired_columns
+from stats.depth.compute import band_excludes_zero, band_unbounded, closure_estimates, departure, depth_estimates, first_departure, paired_columns
 from stats.depth.report import run_depth_report
 
 LAYERS = 8
@@ -102,6 +102,22 @@ def test_no_layer_of_a_planted_null_leaves_the_simultaneous_band():
     for effect in (0.25, -0.08):
         planted = planted_depth(n=10, effect=effect, start=5, seed=1)
         assert band_excludes_zero(depth_estimates(planted, rng_for(0, "layers"), 2000)) == [5, 6, 7, 8], effect
+
+
+def test_a_layer_whose_band_is_unbounded_is_named_not_counted_as_zero(tmp_path):
+    # At layer 2 eight of ten scenarios read exactly alike in every cell (E 0) and two have a primary D raised by
+    # 0.05: the band there is infinite. It covers 0, but the report says it is unbounded rather than "covers 0".
+    df = planted_depth(n=10, effect=0.0, seed=3, noise=0.02)
+    at = df.layer == 2
+    df.loc[at, "p_violating"] = 0.2
+    df.loc[at & df.scenario_id.isin(["s00", "s01"]) & (df.readout == "D") & (df.cell == "primary"), "p_violating"] = 0.25
+    est = depth_estimates(df, rng_for(0, "layers"), 2000)
+    assert band_unbounded(est) == [2] and 2 not in band_excludes_zero(est)
+    run = tmp_path / "run"
+    run.mkdir()
+    df.to_parquet(run / DEPTH.file)
+    lines = run_depth_report(run, seed=0, n_boot=500)
+    assert any("unbounded at layer 2 " in line for line in lines), lines
 
 
 def test_the_band_is_each_quantitys_own_over_the_layers():

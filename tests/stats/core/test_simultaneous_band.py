@@ -108,6 +108,16 @@ def test_a_column_near_a_large_mean_gets_the_band_its_spread_gives():
     assert widths[0][0] == pytest.approx(widths[1][0], rel=1e-5) and widths[0][1] == widths[1][1]
 
 
+def test_a_column_most_scenarios_share_has_no_finite_band():
+    # Eight of ten scenarios read exactly 0: about 0.8^10 = 11% of resamples draw only those, and their mean moved
+    # from the column's with no spread to studentize by, so the bootstrap-t cannot bound the column (infinite band:
+    # the depth report names such layers rather than count their band as covering 0). The other column is unaffected.
+    rng = np.random.default_rng(3)
+    x = np.column_stack([np.r_[np.zeros(8), 0.05, 0.07], rng.normal(0, 1, 10)])
+    value, low, high, level = simultaneous_band(x, np.random.default_rng(0), 2000)
+    assert np.isinf(low[0]) and np.isinf(high[0]) and np.isfinite(low[1]) and np.isfinite(high[1])
+
+
 def test_fewer_than_two_scenarios_give_no_band():
     value, low, high, level = simultaneous_band(np.array([[1.0, 2.0]]), np.random.default_rng(0), 100)
     assert value.tolist() == [1.0, 2.0] and np.isnan(low).all() and np.isnan(high).all() and np.isnan(level)
