@@ -103,8 +103,10 @@ def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
         ax.plot(d.layer, d.value, color=colour, marker="o", ms=3, label=label)
         ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
         if ax is ax_e and "band_low" in d and d.band_low.notna().any():
-            ax.plot(d.layer, d.band_low, color=colour, ls=":", lw=1, label=f"{label}: simultaneous band")
-            ax.plot(d.layer, d.band_high, color=colour, ls=":", lw=1)
+            # An unbounded layer (stats.depth.compute.band_unbounded) is left as a gap in the dotted lines.
+            low, high = (d[c].where(d[c].abs() < math.inf) for c in ("band_low", "band_high"))
+            ax.plot(d.layer, low, color=colour, ls=":", lw=1, label=f"{label}: simultaneous band")
+            ax.plot(d.layer, high, color=colour, ls=":", lw=1)
     for ax in (ax_e, ax_p):
         ax.set_xlabel("layer (0: embeddings; logit lens)" if ax is ax_p or len(lenses) == 1 else "layer (0: embeddings)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
