@@ -67,16 +67,20 @@ def first_departure(low: np.ndarray, high: np.ndarray) -> int | None:
 def band_excludes_zero(estimates: pd.DataFrame, quantity: str = "E") -> list[int]:
     """The layers at which `quantity`'s simultaneous band (depth_estimates' band_low/band_high) excludes 0; empty when
     it covers 0 at every layer (no layer's value is distinguishable from 0 at once: not evidence that it is 0)."""
-    q = estimates[estimates.quantity == quantity].sort_values("layer")
-    return [int(layer) for layer, lo, hi in zip(q.layer, q.band_low, q.band_high) if lo > 0 or hi < 0]
+    return [layer for layer, lo, hi in _band(estimates, quantity) if lo > 0 or hi < 0]
 
 
 def band_unbounded(estimates: pd.DataFrame, quantity: str = "E") -> list[int]:
     """The layers at which `quantity`'s simultaneous band is infinite: so many scenarios share one value there that
     the studentized bootstrap cannot bound it (stats.core.bootstrap.simultaneous_band). Such a band covers 0 without
     saying anything; the report names these layers."""
+    return [layer for layer, lo, hi in _band(estimates, quantity) if not (np.isfinite(lo) and np.isfinite(hi))]
+
+
+def _band(estimates: pd.DataFrame, quantity: str) -> list[tuple[int, float, float]]:
+    """(layer, band_low, band_high) of `quantity`, by layer."""
     q = estimates[estimates.quantity == quantity].sort_values("layer")
-    return [int(layer) for layer, lo, hi in zip(q.layer, q.band_low, q.band_high) if not (np.isfinite(lo) and np.isfinite(hi))]
+    return [(int(layer), lo, hi) for layer, lo, hi in zip(q.layer, q.band_low, q.band_high)]
 
 
 def layer_matrix(depth: pd.DataFrame, readout: str, cell: str, lens: str = LENSES[0]) -> pd.DataFrame:
