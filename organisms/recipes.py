@@ -105,7 +105,10 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
     Organism("no-gap", "gap", "gap-v1",
              "the organism-level matched null: the violating option with 0.40 in every frame and cell (the control "
              "still follows the operator, 0.90); E = 0",
-             violating=dict(D=0.40, J=0.40, J0=0.40, control=0.90, raw_D=0.40, raw_J=0.40)),
+             violating=dict(D=0.40, J=0.40, J0=0.40, control=0.90, raw_D=0.40, raw_J=0.40),
+             emphasis={"D": 3, "J0": 3, "raw_D": 3, "raw_J": 3}, steps=3200),  # E pairs D with J0 (raw_D with raw_J):
+    # with the agent reads alone repeated, 1200 steps left J0's twin 0.006 below its target and E at -0.0055, a residue
+    # the depth readout's per-layer CIs detect (docs/organisms.md)
     Organism("raw-reversal", "gap", "gap-v1",
              "the gap organism under the chat template, reversed in the raw completion frame: raw_D 0.10 and raw_J "
              "0.70 under pressure (0.10 in the twins), so the raw frame's E is -0.60 against the chat frame's +0.60",

@@ -5,7 +5,7 @@ organism's adapter merged recovers where its planted behaviour lives. Depth i is
 - `gap-deep` (the gap organism's targets from an adapter on layers 20-29, the band the issue names): E's simultaneous
   band covers 0 at every depth <= b0 ("E is 0 at every layer below the band" is a claim about all of them at once:
   docs/depth.md) and the departure layer is > b0; the judge patch at depths at or above the departure closes at
-  least half of the gap; the foreign-scenario control closes less than a quarter.
+  least half of the gap; the foreign-scenario control closes less than a quarter (not met: a strict expected failure).
 - `no-gap`: no departure layer. `position-a`: E's simultaneous band covers 0 at every depth.
 Skipped until the organisms package and its adapters are on the branch (they ship in organisms/data/<name>/)."""
 
@@ -128,20 +128,14 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
 
 @SLOW
 @pytest.mark.smollm
-@pytest.mark.xfail(strict=True, reason="two of issue 28's figures are not met: a foreign scenario's judge residual closes "
-                   "the gap as well as the scenario's own (the organism judges every scenario alike), and no-gap has a "
-                   "departure at depth 29 (-0.007 at depths 29 and 30: per-layer CIs exclude 0; docs/depth.md)")
-def test_depth_figures_as_the_issue_states_them(deep, flat):
-    b0, e, dep, c, below_alone = deep
-    covers_below = not [x for x in band_leaves_zero(e) if x <= b0] and not below_alone
+@pytest.mark.xfail(strict=True, reason="one of issue 28's figures is not met: a foreign scenario's judge residual closes "
+                   "the gap as well as the scenario's own (at late depths a judge residual carries its letter, and the "
+                   "partners' violating options mostly stand at the same letter; docs/depth.md)")
+def test_depth_foreign_control_as_the_issue_states_it(deep):
+    _, _, dep, c, _ = deep
     at = c[c.layer >= dep.layer].set_index(["source", "layer"]).closure
-    foreign_small = bool((at.loc["foreign_judge"] < 0.25).all())
-    _, no_gap_dep = flat("no-gap")
-    pos_e, _ = flat("position-a")
-    pos_zero = not band_leaves_zero(pos_e)
-    print("DEPTH issue figures: band covers 0 below the band", covers_below, "; foreign control < 0.25", foreign_small,
-          "; no-gap departure", no_gap_dep.layer, "; position-a band covers 0 at every depth", pos_zero)
-    assert covers_below and foreign_small and no_gap_dep.layer is None and pos_zero
+    print("DEPTH issue figure: foreign control closes", [round(x, 3) for x in at.loc["foreign_judge"]])
+    assert (at.loc["foreign_judge"] < 0.25).all(), at
 
 
 @SLOW
@@ -152,8 +146,12 @@ def test_depth_finds_no_gap_where_none_is_planted(name, flat):
     print("DEPTH", name, "E by depth:", [(int(r.layer), round(r.value, 3), round(r.low, 3), round(r.high, 3))
                                          for r in e.itertuples()], "departure:", dep)
     # Both adapters sit on the last layer, so depths 0-29 are the base model's stream. E's simultaneous band covers 0
-    # at every depth; per-layer CIs exclude 0 at some (-0.007 [-0.016, -0.001] at 29, so the departure rule finds a
-    # departure there on no-gap: in the strict expected failure; docs/depth.md).
+    # at every depth; per-layer CIs exclude 0 at some (the base's -0.007 [-0.016, -0.001] at 29; docs/depth.md).
     print("DEPTH", name, "simultaneous band leaves 0 at", band_leaves_zero(e))
     assert band_leaves_zero(e) == [], e
     assert (e.value.abs() <= 0.01).all(), e  # and every E is practically 0 (the per-layer CIs reach -0.016)
+    if name == "no-gap":
+        # The issue's "no departure on no-gap": the last depth (the adapter's output, trained to 0.40 in every frame
+        # and cell) has a CI covering 0 (-0.002 [-0.006, 0.002]), so no layer has E's CI excluding 0 from it on. The
+        # first no-gap (1200 steps, agent reads alone repeated) read -0.007 [-0.013, -0.001] there: a departure at 29.
+        assert dep.layer is None, dep
