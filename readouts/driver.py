@@ -306,6 +306,8 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     else:
         for line in rundir.open(manifest, force=options.force):
             log(line)
+        for line in manifest.get("warnings", []):
+            log(f"warning: {line}")
         if state is not None:
             state.wait_for_everyone()
     from tqdm.auto import tqdm

@@ -11,6 +11,7 @@ file (.npy) holds one vector [hidden] used at every depth, or one per depth [L +
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,22 @@ def contrast_renders(scenarios, kind: str, profile, seed: int) -> list[tuple]:
     return [tuple(render(s, frame, cell, order, profile.frames) for frame, cell in (plus, minus))
             for s in scenarios if all(cell in s.cells for _, cell in (plus, minus))
             for order in orders_for(s, readout("D"), profile, seed)]
+
+
+def unbalanced_orders(scenarios, profile, seed: int) -> list[str]:
+    """Ids of `scenarios` whose D option orders (the contrast's) do not put every option at every letter equally
+    often. A mean contrast over such orders also carries which letters the scenarios' options stood at: under
+    pressure the violating option's letter rises, and where it stood more often at one letter the direction raises
+    that letter in any prompt it is added to, the judge's included."""
+    from readouts.gap.recipe import orders_for
+
+    out = []
+    for s in scenarios:
+        n = len(s.options)
+        counts = Counter((option, pos) for order in orders_for(s, readout("D"), profile, seed) for pos, option in enumerate(order))
+        if len({counts[(i, p)] for i in range(n) for p in range(n)}) > 1:
+            out.append(s.id)
+    return out
 
 
 def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> torch.Tensor:

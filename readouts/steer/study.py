@@ -25,7 +25,7 @@ from readouts.gap.profile import PROFILES
 from readouts.gap.recipe import GapRunner, reads_per_scenario
 from readouts.gap.study import GapStudy
 from readouts.manifest import file_sha256
-from readouts.steer.directions import contrast_direction, load_vector_file, random_direction
+from readouts.steer.directions import contrast_direction, load_vector_file, random_direction, unbalanced_orders
 from readouts.steer.split import split_records
 
 CAPABILITY_TEXT = Path(__file__).parent / "data" / "capability.txt"
@@ -132,7 +132,18 @@ class SteerStudy(GapStudy):
                     "train": [r.id for r in self.train], "held_out": [r.id for r in self.held],
                     "capability_text": CAPABILITY_TEXT.name}
         norms = {str(d): round(float(vectors[d].norm()), 6) for d in st.layers}
-        return {**extra, "steering": steering, "steering_norms": norms}
+        out = {**extra, "steering": steering, "steering_norms": norms}
+        if st.direction in STEER_DIRECTIONS:
+            unbalanced = unbalanced_orders(self.train, profile, self._seed)
+            out["steering_unbalanced_orders"] = unbalanced
+            if unbalanced:
+                out["warnings"] = [
+                    f"--direction {name}: D's {profile.orders['D']} option orders put some options at some letters "
+                    f"more often than others in {len(unbalanced)} of {len(self.train)} training scenarios "
+                    f"({', '.join(unbalanced[:5])}{', ...' if len(unbalanced) > 5 else ''}), so the direction also "
+                    "carries letter position; orders.D a multiple of every scenario's option count balances them "
+                    "(e.g. --set orders.D=6)"]
+        return out
 
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups) * max(1, len(self.conditions))

@@ -171,6 +171,29 @@ def test_judgment_direction_equals_the_plain_forward_mean():
     assert float(want[1:].norm()) > 1e-3
 
 
+def test_a_direction_over_orders_not_balanced_by_position_is_named_and_warned(steer_run, tmp_path):
+    """D's orders put each option at each letter equally often only where a scenario's option count divides their
+    number (panels.orders); the contrast is a mean over them, so where they do not it also carries letter position.
+    The run names those training scenarios in its manifest and says so in its log; with six orders (two- and three-
+    option scenarios) it names none and is silent."""
+    from readouts.steer.directions import unbalanced_orders
+
+    manifest = json.loads((steer_run / "manifest.json").read_text())
+    records = {r.id: r for r in load_panel("gap-v1").records}
+    expected = [i for i in manifest["steering"]["train"] if PROFILE.orders["D"] % len(records[i].options)]
+    assert expected and manifest["steering_unbalanced_orders"] == expected
+    six = dataclasses.replace(PROFILE, orders={**PROFILE.orders, "D": 6})
+    assert unbalanced_orders([records[i] for i in manifest["steering"]["train"]], six, 0) == []
+    for profile, warned in ((PROFILE, True), (six, False)):
+        lines = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(gap_profile.PROFILES, PROFILE.name, profile)
+            run_study(SteerStudy(settings=dataclasses.replace(SETTINGS, layers=(1,), strengths=(2.0,), random=0)),
+                      options(tmp_path / f"run{profile.orders['D']}"), log=lines.append)
+        said = [x for x in lines if x.startswith("warning: --direction pressure")]
+        assert len(said) == warned and (not warned or all(i in said[0] for i in expected)), lines
+
+
 def test_resume_under_other_settings_is_refused(steer_run):
     with pytest.raises(ReadoutError, match="manifest|different|settings"):
         steer(dataclasses.replace(SETTINGS, strengths=(1.0,)), steer_run)
