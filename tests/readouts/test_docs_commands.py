@@ -233,7 +233,7 @@ NOT_RUN = {
         "eight processes, one per GPU (accelerate is not a dependency)",
     "torchrun --nproc_per_node 8 .venv/bin/readout nsi --model olmo-3-7b --profile paper --out runs/olmo/nsi-paper":
         "eight processes, one per GPU",
-    "readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 22 --strengths=-1,-0.5 "
+    "readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 21 --strengths=-2,-1 "
     "--out runs/steer-gap": _STEER_ORGANISM,
     "readout stats runs/steer-gap": _STEER_READS,
     "readout report runs/steer-gap": _STEER_READS,
@@ -241,9 +241,8 @@ NOT_RUN = {
     "--strengths=-4,-2,-1,-0.5,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 "
     "--out runs/steer-gap-deep": _STEER_ORGANISM,
     "readout stats runs/steer-gap-deep": _STEER_READS,
-    ".venv/bin/readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 22,25,28 "
-    "--strengths=-4,-2,-1,-0.5,1 --random 2 --set orders.D=2 --set orders.J0=2 --set orders.control=1 "
-    "--out runs/steer-gap-deep": _STEER_ORGANISM,
+    ".venv/bin/readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --profile quick --layers 21,22 "
+    "--strengths=-2,-1 --random 2 --out runs/steer-gap-deep": _STEER_ORGANISM,
     "readout nsi --model openai:allenai/Olmo-3-7B-Instruct@http://gpu-node:8000/v1 --profile paper": _SERVED_REMOTE,
     "export OPENAI_API_KEY=...": "a placeholder for the reader's own key",
     "readout nsi --endpoint https://api.openai.com/v1 --model gpt-4.1-mini --api-key-env OPENAI_API_KEY --profile paper":
