@@ -10,6 +10,7 @@ which other scenarios are in the run.
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 ACTION_ORDERS = 32
 RAW_ORDERS = 8
@@ -28,3 +29,12 @@ def option_orders(n_options: int, k: int, seed: int, key: str = "") -> list[tupl
         rng.shuffle(block)
         orders.extend(block[: k - len(orders)])
     return orders
+
+
+def balanced_by_position(orders: list[tuple[int, ...]]) -> bool:
+    """Whether `orders` (permutations of one scenario's options) put every option in every position equally often."""
+    if not orders:
+        return True
+    n = len(orders[0])
+    counts = Counter((option, pos) for order in orders for pos, option in enumerate(order))
+    return len({counts[(i, p)] for i in range(n) for p in range(n)}) == 1

@@ -11,7 +11,6 @@ file (.npy) holds one vector [hidden] used at every depth, or one per depth [L +
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from engine.residuals import n_depths
 from engine.sampling import derive_seed
 from engine.scoring import score_ids
 from panels.frames import render
+from panels.orders import balanced_by_position
 
 AGENT_FRAME = readout("D").frames[0]
 JUDGE_FRAME = readout("J0").frames[0]
@@ -54,13 +54,7 @@ def unbalanced_orders(scenarios, profile, seed: int) -> list[str]:
     that letter in any prompt it is added to, the judge's included."""
     from readouts.gap.recipe import orders_for
 
-    out = []
-    for s in scenarios:
-        n = len(s.options)
-        counts = Counter((option, pos) for order in orders_for(s, readout("D"), profile, seed) for pos, option in enumerate(order))
-        if len({counts[(i, p)] for i in range(n) for p in range(n)}) > 1:
-            out.append(s.id)
-    return out
+    return [s.id for s in scenarios if not balanced_by_position(orders_for(s, readout("D"), profile, seed))]
 
 
 def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> torch.Tensor:
