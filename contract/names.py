@@ -73,10 +73,11 @@ LENSES = ("logit", "tuned")
 """How a residual stream becomes letter mass at each depth: `logit`, the logit lens (the model's final norm, then
 its head in fp32); `tuned`, the tuned lens (a trained affine translator per depth before the same norm and head,
 engine/tuned_lens.py), read only when a run is given a lens file (`--lens`)."""
-PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge")
+PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge", "foreign_agent")
 """Whose residual replaces the agent prompt's at its read position: the same scenario's letter-only judge prompt
 (same cell and option order: the patch), the twin cell's agent prompt (same order), and another scenario's
-letter-only judge prompt with as many options, in the same order (what a foreign residual does)."""
+letter-only judge prompt and agent prompt (same cell), with as many options, in the same order (what a foreign
+residual does: the judge frame without this scenario, and neither the judge frame nor this scenario)."""
 
 
 STEER_DIRECTIONS = ("pressure", "judgment")

@@ -116,6 +116,7 @@ def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
     by_id = {s.id: s for s in scenarios}
     # The letter-only judge prompt in each patched agent read's option order (the judge readout's own orders differ
     # from D's), of the same scenario and of its foreign partner (the same order applied to its options).
+    # The foreign partner's agent prompt too (its read in this cell and order: the same frame, another scenario).
     wanted = {}
     for sid, cell, k in targets:
         rd = agent[(sid, cell, k)][0]
@@ -123,12 +124,14 @@ def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
         partner = foreign_partner(scenarios, by_id[sid])
         for source in (by_id[sid], partner):
             if source is not None:
-                wanted[(source.id, order)] = render(source, JUDGE_FRAME, DEPTH_CELLS[0], order, profile.frames)
+                wanted[(source.id, JUDGE_FRAME, order)] = render(source, JUDGE_FRAME, DEPTH_CELLS[0], order, profile.frames)
+        if partner is not None:
+            wanted[(partner.id, rd.frame, order)] = render(partner, rd.frame, DEPTH_CELLS[0], order, profile.frames)
     keys = list(wanted)
     judged = score_ids(lm.model, [tuple(encode_prompt(lm.tokenizer, prompt_of(wanted[key]))) for key in keys],
                        [lm.letters(wanted[key].letters) for key in keys], residuals=True, pad_id=lm.pad_id,
                        token_budget=runner.token_budget)
-    judge = dict(zip(keys, judged))
+    source_reads = dict(zip(keys, judged))
     depths = patch_depths(n_depths(lm.model) - 1, profile.patch_stride)
     jobs = []
     for sid, cell, k in targets:
@@ -136,9 +139,10 @@ def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
         order, letters, v = _order_of(by_id[sid], rd), "".join(rd.rendered.letters), rd.rendered.violating_letter
         twin = agent.get((sid, DEPTH_CELLS[1], k))
         partner = foreign_partner(scenarios, by_id[sid])
-        found = {PATCH_SOURCES[0]: (sid, judge[(sid, order)]),
+        found = {PATCH_SOURCES[0]: (sid, source_reads[(sid, JUDGE_FRAME, order)]),
                  PATCH_SOURCES[1]: None if twin is None else (sid, twin[1]),
-                 PATCH_SOURCES[2]: None if partner is None else (partner.id, judge[(partner.id, order)])}
+                 PATCH_SOURCES[2]: None if partner is None else (partner.id, source_reads[(partner.id, JUDGE_FRAME, order)]),
+                 PATCH_SOURCES[3]: None if partner is None else (partner.id, source_reads[(partner.id, rd.frame, order)])}
         for name in PATCH_SOURCES:
             if found[name] is not None:
                 source_id, out = found[name]

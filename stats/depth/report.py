@@ -39,7 +39,9 @@ DEFINITIONS = (
     "Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
     "replacing the agent's read-position residual after layer l closes, a ratio of means over scenarios. "
     "Definitions: docs/depth.md (this project's extension; neither paper reads below the last layer).")
-SOURCE_COLOURS = dict(zip(PATCH_SOURCES, (MEASURE, BAND, NULL)))
+SOURCE_COLOURS = dict(zip(PATCH_SOURCES, (MEASURE, BAND, NULL, NULL)))
+SOURCE_LINES = dict(zip(PATCH_SOURCES, ("-", "-", "-", "--")))
+"""The two foreign controls share the null's grey; the agent-frame one is dashed."""
 LENS_COLOURS = dict(zip(LENSES, (MEASURE, BAND)))
 
 
@@ -148,7 +150,7 @@ def closure_figure(closure: pd.DataFrame, path: Path) -> Path:
         d = closure[closure.source == source].sort_values("layer")
         if len(d):
             colour = SOURCE_COLOURS[source]
-            ax.plot(d.layer, d.closure, color=colour, marker="o", ms=3, label=f"{source} (n={int(d.n.iloc[0])})")
+            ax.plot(d.layer, d.closure, color=colour, ls=SOURCE_LINES[source], marker="o", ms=3, label=f"{source} (n={int(d.n.iloc[0])})")
             ax.fill_between(d.layer, d.low, d.high, color=colour, alpha=0.2, lw=0)
     for y in (0.0, 1.0):
         ax.axhline(y, color=NULL, lw=0.8, ls=":" if y else "-")
@@ -159,6 +161,17 @@ def closure_figure(closure: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("closure")
     legend_of_drawn(ax, [ax], fontsize=7, frameon=False)
     return save(fig, path)
+
+
+def uneven_sources(closure: pd.DataFrame) -> list[str]:
+    """A line when the two foreign controls (one partner each) rest on different scenarios: a run resumed across the
+    change that added `foreign_agent` has its rows in the newer chunks only."""
+    n = closure.groupby("source").n.max()
+    judge_side, agent_side = PATCH_SOURCES[2], PATCH_SOURCES[3]
+    if judge_side in n and n.get(agent_side, 0) != n[judge_side]:
+        return [f"depth: warning: {agent_side} rests on {int(n.get(agent_side, 0))} scenarios and {judge_side} on "
+                f"{int(n[judge_side])} (chunks computed before {agent_side} existed have no such rows)"]
+    return []
 
 
 def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000) -> list[str]:
@@ -186,6 +199,7 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
         write_table(closure, out, "depth_closure", "Patch closure by layer and source")
         closure_figure(closure, out / DEPTH_FIGURES[1])
         written += ["depth_closure.csv", DEPTH_FIGURES[1]]
+        lines += uneven_sources(closure)
         # At the last layer the judge patch is the judge's own read (closure 1 by construction): left out here.
         best = closure[(closure.source == PATCH_SOURCES[0]) & (closure.layer < closure.layer.max())]
         if len(best):

@@ -107,14 +107,17 @@ def test_patch_rows_equal_a_hand_patched_forward(depth_run):
     panel = {s.id: s for s in load_panel("gap-v2").records}
     df = pd.read_parquet(depth_run / PATCHING.file)
     PATCHING.check(df, "patching")
-    assert set(df.source) == {"judge", "twin_agent", "foreign_judge"} and set(df.cell) == {"primary"}
+    assert set(df.source) == {"judge", "twin_agent", "foreign_judge", "foreign_agent"} and set(df.cell) == {"primary"}
     assert set(df.layer) == set(range(n + 1))
-    foreign = df[df.source == "foreign_judge"]
+    foreign = df[df.source.str.startswith("foreign")]
     assert (foreign.source_scenario_id != foreign.scenario_id).all()
+    # Both foreign controls patch from the same partner.
+    partners = foreign.groupby(["scenario_id", "order_index"]).source_scenario_id.nunique()
+    assert (partners == 1).all()
     for row in df[df.layer < n].itertuples():
         agent_ids, _ = _ids(lm, panel[row.scenario_id], "agent", "primary", row.order)
         source = panel[row.source_scenario_id]
-        frame, cell = ("agent", "twin") if row.source == "twin_agent" else ("judge_letter", "primary")
+        frame, cell = {"twin_agent": ("agent", "twin"), "foreign_agent": ("agent", "primary")}.get(row.source, ("judge_letter", "primary"))
         # The same order (option indices) applied to the source's options.
         source_ids, _ = _ids(lm, source, frame, cell, None, perm=_perm(panel[row.scenario_id], row.order))
         assert len(source.options) == len(panel[row.scenario_id].options)

@@ -10,7 +10,7 @@ from contract.tables import DEPTH, PATCHING
 from stats.core.bootstrap import scenario_bootstrap, simultaneous_band
 from stats.core.seeding import rng_for
 from stats.depth.compute import band_excludes_zero, band_unbounded, closure_estimates, departure, depth_estimates, first_departure, paired_columns
-from stats.depth.report import run_depth_report
+from stats.depth.report import run_depth_report, uneven_sources
 
 LAYERS = 8
 
@@ -163,6 +163,18 @@ def test_closure_is_a_ratio_of_means():
     assert abs(c.loc[("judge", 8), "closure"] - np.mean(np.array(closes) / np.array(gaps))) > 0.4
     assert c.loc[("judge", 0), "closure"] == pytest.approx(0.0, abs=1e-12)
     assert c.loc[("foreign_judge", 8), "closure"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_foreign_controls_on_different_scenarios_are_warned():
+    """A run resumed across the change that added `foreign_agent` has its rows in newer chunks only: said in a line."""
+    old = planted_patching([0.5, 0.4, 0.3], [0.5, 0.4, 0.3])
+    newer = old[(old.source == "foreign_judge") & (old.scenario_id == "s2")].assign(source="foreign_agent")
+    rng = rng_for(0, "c")
+    [line] = uneven_sources(closure_estimates(pd.concat([old, newer]), rng, 50))
+    assert "foreign_agent rests on 1 scenarios and foreign_judge on 3" in line
+    assert uneven_sources(closure_estimates(old, rng, 50))  # none at all: warned too
+    every = [old.assign(source="foreign_agent")[old.source == "foreign_judge"], old]
+    assert uneven_sources(closure_estimates(pd.concat(every), rng, 50)) == []
 
 
 def test_closure_ci_covers_the_planted_share():
