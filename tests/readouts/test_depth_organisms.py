@@ -131,7 +131,7 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
 def test_depth_foreign_residual_does_not_close_the_deep_gap(deep):
     """The issue's control "from a different scenario with the same option order (what any foreign residual does)":
     another scenario's agent prompt (same cell, same order) patched in at each depth at or above the departure closes
-    less than a quarter of the gap. Measured: -0.35 to -0.31 at depths 24-30, each 95% CI's upper end below 0.223.
+    less than a quarter of the gap. Measured: -0.35 to -0.31 at depths 24-30, the 95% CIs' upper ends 0.04-0.22.
     The foreign *judge* residual is reported beside it and closes as much as the own (0.92-1.19): at late depths a
     judge residual carries its letter, and another scenario judged alike with its violating option at the same letter
     carries the same one (docs/depth.md gives the identity)."""
