@@ -12,6 +12,6 @@ CAPTIONS = {
     "depth_lens_kl.png": "KL divergence of each lens's full-vocabulary distribution at a layer from the model's own, at "
                          "the read positions: mean and 90th percentile over the reads (log scale)",
     "depth_closure.png": "share of p_D - p_J0 the patch closes, by patched layer: the judge prompt's residual, and as "
-                         "controls the twin's agent prompt's and a foreign scenario's judge prompt's and agent prompt's "
-                         "(dashed), 95% bands",
+                         "controls the twin's agent prompt's and a foreign scenario's judge prompt's (grey) and agent "
+                         "prompt's (grey, dashed), 95% bands",
 }

@@ -114,6 +114,9 @@ def test_patch_rows_equal_a_hand_patched_forward(depth_run):
     # Both foreign controls patch from the same partner.
     partners = foreign.groupby(["scenario_id", "order_index"]).source_scenario_id.nunique()
     assert (partners == 1).all()
+    rows_of = {s: set(map(tuple, foreign[foreign.source == s][["scenario_id", "order_index", "layer"]].values.tolist()))
+               for s in ("foreign_judge", "foreign_agent")}
+    assert rows_of["foreign_judge"] == rows_of["foreign_agent"] != set()
     for row in df[df.layer < n].itertuples():
         agent_ids, _ = _ids(lm, panel[row.scenario_id], "agent", "primary", row.order)
         source = panel[row.source_scenario_id]

@@ -197,6 +197,8 @@ def test_readout_stats_writes_depth_tables_and_figures(tmp_path):
         assert (out / name).is_file(), name
     assert any("departure layer 5" in line for line in lines)
     assert any("simultaneous band over the layers excludes 0 at layers 5, 6, 7, 8" in line for line in lines), lines
+    # The planted patching table predates foreign_agent (no such rows): the report says so.
+    assert "foreign_agent rests on 0 scenarios and foreign_judge on 15" in (out / "depth_departure.md").read_text()
     layers = pd.read_csv(out / "depth_layers.csv")
     assert set(layers.quantity) == {"p_D", "p_J0", "g", "E"}
 
