@@ -128,10 +128,10 @@ def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
         if partner is not None:
             wanted[(partner.id, rd.frame, order)] = render(partner, rd.frame, DEPTH_CELLS[0], order, profile.frames)
     keys = list(wanted)
-    judged = score_ids(lm.model, [tuple(encode_prompt(lm.tokenizer, prompt_of(wanted[key]))) for key in keys],
+    scored = score_ids(lm.model, [tuple(encode_prompt(lm.tokenizer, prompt_of(wanted[key]))) for key in keys],
                        [lm.letters(wanted[key].letters) for key in keys], residuals=True, pad_id=lm.pad_id,
                        token_budget=runner.token_budget)
-    source_reads = dict(zip(keys, judged))
+    source_reads = dict(zip(keys, scored))
     depths = patch_depths(n_depths(lm.model) - 1, profile.patch_stride)
     jobs = []
     for sid, cell, k in targets:
