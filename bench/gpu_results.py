@@ -25,6 +25,12 @@ def run_lines(folder: Path) -> list[str]:
         lines += [f"- graph path against references (scripts/gpu_equal.py, fp32, {len({r['family'] for r in e['results']})} tiny "
                   f"families, torch {e['torch']} on {e['device']}): {sum(r['ok'] for r in e['results'])} of {len(e['results'])} "
                   "checks passed" + (f"; failed: {', '.join(bad)}" if bad else ""), ""]
+    draws = folder / "draw_bench.json"
+    if draws.is_file():
+        d = json.loads(draws.read_text())
+        lines += [f"- the draw over the whole vocabulary at top-p 1 (bench/draw_bench.py, torch {d['torch']} on {d['device']}): "
+                  + "; ".join(f"{x['rows']} x {x['vocab']:,}: {x['blocks_ms']:.3f} ms block by block, {x['running_sum_ms']:.3f} ms "
+                              f"with one running sum ({x['speedup']:.1f}x)" for x in d["draws"]), ""]
     for f in sorted(folder.glob("gpu_check_*.json")):
         c = json.loads(f.read_text())
         lines += [f"### {c['arch']} ({c['params'] / 1e9:.2f} B parameters, random {c.get('dtype', 'bfloat16')} weights; "

@@ -6,8 +6,9 @@ at 32 layers with tiny dimensions (the counts depend on the layer count and layo
 - layouts: Llama (GQA, 4 query heads per key/value head, full attention everywhere); OLMo-3 (full multi-head
   attention, q/k norms, three sliding-window layers to one full-attention layer, window 4096), both with
   random weights (engine/tiny.py's initialisation: peaked next-token distributions) and the tiny vocabulary.
-- workload: P prompts of 30-60 tokens, R rollouts each (rollout 0 greedy, the others at T 0.7 / top-p 0.95,
-  as the readouts run them), no stop tokens: every row runs its whole budget.
+- workload: P prompts of 30-60 tokens, R rollouts each (rollout 0 greedy, the others at T 0.7 and top-p 0.95, the NSI
+  profile's nucleus, or `--top-p 1`, the gap profiles' draw over the whole vocabulary), no stop tokens: every row
+  runs its whole budget.
 - per step: the difference between a run of T2 and one of T1 new tokens, over T2 - T1 (prefill, set-up and
   the final copies cancel). Host time per step likewise (best of --reps, without the counter), on this CPU.
 - `--modes`: which decode paths run (MODES: `dynamic` is generate's CPU default; `static-check8-gpu-ops` the
@@ -63,14 +64,14 @@ def workload(prompts: int, rollouts: int) -> list[list[int]]:
     return [torch.randint(10, VOCAB_SIZE, (30 + (17 * i) % 31,), generator=gen).tolist() for i in range(prompts)]
 
 
-def run(model, prompts, rollouts, tokens, mode):
+def run(model, prompts, rollouts, tokens, mode, top_p=0.95):
     kwargs, flags = MODES[mode]
     before = {k: getattr(decode, k) for k in flags}
     for k, v in flags.items():
         setattr(decode, k, v)
     try:
         return generate(model, prompts, max_new_tokens=tokens, stop_ids=frozenset(), n=rollouts, greedy_first=True,
-                        temperature=0.7, top_p=0.95, seeds=list(range(len(prompts))), **kwargs)
+                        temperature=0.7, top_p=top_p, seeds=list(range(len(prompts))), **kwargs)
     finally:
         for k, v in before.items():
             setattr(decode, k, v)
@@ -88,7 +89,8 @@ MODES = {
 """Decode paths: generate's keyword arguments and engine.decode switches."""
 
 
-def measure(name: str, layers: int, prompts: int, rollouts: int, t1: int, t2: int, reps: int, mode: str) -> dict:
+def measure(name: str, layers: int, prompts: int, rollouts: int, t1: int, t2: int, reps: int, mode: str,
+            top_p: float = 0.95) -> dict:
     model = layout_model(name, layers)
     ids = workload(prompts, rollouts)
     counts, inside = {}, {}
@@ -104,7 +106,7 @@ def measure(name: str, layers: int, prompts: int, rollouts: int, t1: int, t2: in
         decode.Cascade._forward = counted_forward
         try:
             with HostCounter() as c:
-                run(model, ids, rollouts, t, mode)
+                run(model, ids, rollouts, t, mode, top_p)
         finally:
             decode.Cascade._forward = forward
         counts[t] = c
@@ -115,12 +117,12 @@ def measure(name: str, layers: int, prompts: int, rollouts: int, t1: int, t2: in
         times = []
         for _ in range(reps):
             start = time.perf_counter()
-            run(model, ids, rollouts, t, mode)
+            run(model, ids, rollouts, t, mode, top_p)
             times.append(time.perf_counter() - start)
         best[t] = min(times)
     top = (counts[t2].ops_by_name - counts[t1].ops_by_name).most_common(12)
     syncs = {k: (counts[t2].syncs[k] - counts[t1].syncs[k]) / steps for k in set(counts[t2].syncs) | set(counts[t1].syncs)}
-    return dict(layout=name, mode=mode, layers=layers, rows=prompts * rollouts, ops_per_step=per(lambda c: c.ops),
+    return dict(layout=name, mode=mode, top_p=top_p, layers=layers, rows=prompts * rollouts, ops_per_step=per(lambda c: c.ops),
                 views_per_step=per(lambda c: c.views), syncs_per_step=per(lambda c: c.sync_count),
                 outside_forward_ops_per_step=per(lambda c: c.ops) - (inside.get(t2, 0) - inside.get(t1, 0)) / steps,
                 syncs_by_kind=dict(sorted(syncs.items())),
@@ -137,18 +139,20 @@ def main(argv=None) -> None:
     ap.add_argument("--t2", type=int, default=24)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--top-p", type=float, default=0.95, help="the sampled rollouts' top-p (1.0: the gap profiles' "
+                    "whole-vocabulary draw; 0.95: the NSI profile's nucleus)")
     ap.add_argument("--name", default="host_bench")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    results = [measure(layout, args.layers, args.prompts, args.rollouts, args.t1, args.t2, args.reps, mode)
+    results = [measure(layout, args.layers, args.prompts, args.rollouts, args.t1, args.t2, args.reps, mode, args.top_p)
                for layout in LAYOUTS for mode in args.modes.split(",")]
     meta = dict(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
                 argv=sys.argv[1:], t1=args.t1, t2=args.t2)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
     lines = [f"# {args.name}", "", f"torch {meta['torch']}, {args.layers} layers, per decoding step "
-             f"(runs of {args.t2} and {args.t1} new tokens, differenced)", "",
+             f"(runs of {args.t2} and {args.t1} new tokens, differenced), sampled at T 0.7 / top-p {args.top_p:g}", "",
              "| layout | mode | rows | ops/step | of them outside the forward | views/step | syncs/step | syncs by kind "
              "| host ms/step (CPU) |",
              "|---|---|---|---|---|---|---|---|---|"]

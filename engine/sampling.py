@@ -5,6 +5,7 @@ the derivation of seeds from named parts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -99,10 +100,58 @@ def _draw(ids, weights, uniforms):
     if ids is not None:
         ids, order = ids.sort(-1)
         weights = weights.gather(-1, order)
-    cdf = weights.double().cumsum(-1)
-    target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
-    pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
-    return pick[:, 0] if ids is None else ids.gather(-1, pick)[:, 0]
+    pick = _inverse_cdf(weights, uniforms)
+    return pick if ids is None else ids.gather(-1, pick[:, None])[:, 0]
+
+
+DRAW_BLOCK = 512
+"""Tokens per block of the draw over a wide distribution (the whole vocabulary at top-p 1, the gap profiles'
+setting): the draw sums each block in float64, finds the block that holds the target, and accumulates that block
+only, so no step forms a float64 running sum over rows x vocabulary (at 256 rows and a 128k vocabulary: 33M
+doubles written and scanned per step). A vocabulary with a divisor near DRAW_BLOCK is cut in blocks of that size
+(`_block_size`), others are padded with tokens of weight 0."""
+
+
+@functools.lru_cache(maxsize=None)
+def _block_size(width: int, block: int) -> int:
+    """The block size for rows of `width` tokens: the divisor of `width` nearest `block` (DRAW_BLOCK) within a factor
+    of 2 (501 for Llama-3's 128,256 tokens, 619 for OLMo-3's 100,278, 512 for SmolLM2's 49,152), else `block`."""
+    near = [d for d in range(block // 2, 2 * block + 1) if width % d == 0]
+    return min(near, key=lambda d: (abs(d - block), d)) if near else block
+
+
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row of `weights` [R, W] (non-negative, token-id order), the first index whose cumulative weight, summed in
+    float64, exceeds u x the row's total, at the row's uniform u in [0, 1): the index of the token drawn. A token
+    of weight 0 is never drawn. Rows wider than one block go block by block: the block whose running total first
+    exceeds the target, then the index within that block where the block's own running sum exceeds what is left of
+    the target; the sums are those of one running sum over the row up to how float64 rounds them (a draw lands
+    elsewhere only where the target lies within ~1e-16 of a token's edge)."""
+    rows, width = weights.shape
+    size = _block_size(width, DRAW_BLOCK)
+    if width <= size:
+        cumulative = weights.double().cumsum(-1)
+        return torch.searchsorted(cumulative, _target(cumulative, uniforms), right=True)[:, 0]
+    if width % size:
+        weights = torch.nn.functional.pad(weights, (0, size - width % size))
+    blocks = weights.reshape(rows, -1, size)
+    sums = blocks.sum(-1, dtype=torch.float64)
+    cumulative = sums.cumsum(-1)
+    target = _target(cumulative, uniforms)
+    block = torch.searchsorted(cumulative, target, right=True)  # [R, 1]; a real block, as the target is below the total
+    inside = blocks.gather(1, block[:, :, None].expand(rows, 1, size))[:, 0].double().cumsum(-1)
+    # What is left of the target past the blocks before, kept below the block's own running total (x (1 - 2^-53) is
+    # the next double below it): the blockwise sums may put the target in this block where its own running sum
+    # rounds to slightly less, and the draw is then the block's last token of positive weight.
+    left = torch.minimum(target - (cumulative - sums).gather(-1, block), inside[:, -1:] * (1.0 - 2.0**-53))
+    return torch.add(torch.searchsorted(inside, left, right=True), block, alpha=size)[:, 0]
+
+
+def _target(cumulative: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """u x the row's total [R, 1]: below the total, since u is at most 1 - 2^-53 (row_uniforms) and a float64
+    product u x total never rounds up to total, so some running sum exceeds it; searched with right=True, the index
+    found is never one of weight 0 (whose running sum equals the one before it)."""
+    return uniforms.to(cumulative.dtype)[:, None] * cumulative[:, -1:]
 
 
 def sample_tokens_unchecked(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch.Tensor):
@@ -135,6 +184,8 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, unifor
     nucleus in token-id order, so a row's token depends on its logits and its uniform only: not on the other
     rows, and not on how ties among equally likely tokens happen to be ordered.
     """
+    if top_p == 1.0 and temperature > 0:  # the whole vocabulary: one part, every row
+        return _draw(None, (logits.float() / temperature).softmax(-1), uniforms)
     out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
     for rows, ids, weights in _nucleus_parts(logits, temperature, top_p):
         out[rows] = _draw(ids, weights, uniforms[rows])

@@ -3,10 +3,12 @@
 counter-based, keyed by the row's seed and the step only.
 """
 
+import numpy as np
 import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
+from engine import sampling
 from engine.sampling import NUCLEUS_HEAD, nucleus_distribution, row_uniforms, sample_tokens, tempered_distribution
 
 SETTINGS = [(0.7, 0.95), (1.3, 0.9), (0.5, 1.0), (1.0, 0.5), (0.7, 0.999)]
@@ -95,3 +97,67 @@ def test_top_p_cut_at_an_exact_tie_is_the_warpers(rank):
     ours = tempered_distribution(logits, 1.0, top_p)
     assert torch.equal(ours > 0, reference > 0)
     torch.testing.assert_close(ours, reference, rtol=1e-6, atol=1e-7)
+
+
+def running_sum_draws(weights: torch.Tensor, uniforms: torch.Tensor) -> list[int]:
+    """The inverse-CDF draw by its definition, in numpy: one float64 running sum over each row in token-id order,
+    the first index whose sum exceeds u x the row's total."""
+    out = []
+    for w, u in zip(weights.double().numpy(), uniforms.numpy()):
+        cdf = np.cumsum(w)
+        out.append(int(np.searchsorted(cdf, u * cdf[-1], side="right")))
+    return out
+
+
+@pytest.mark.parametrize("block", [sampling.DRAW_BLOCK, 16])
+@pytest.mark.parametrize("vocab", [300, 512, 2048, 5003])
+def test_the_blockwise_draw_is_the_running_sums(monkeypatch, block, vocab):
+    """Over the whole vocabulary (top-p 1) the draw goes block by block; it picks what one float64 running sum over
+    the row picks, on peaked and flat rows, with masked tokens (weight 0), below one block and across a ragged last
+    block."""
+    monkeypatch.setattr(sampling, "DRAW_BLOCK", block)
+    logits = torch.cat([random_logits(s, rows=32, vocab=vocab, seed=vocab) for s in (0.3, 3.0, 12.0)])
+    logits[::3, 1::7] = float("-inf")  # a tied row's stop tokens are masked like this
+    logits[1, : vocab - 3] = float("-inf")  # all mass in the last (ragged) block
+    logits[2, 3:] = float("-inf")  # all mass in the first one
+    weights = (logits / 0.7).softmax(-1)
+    uniforms = row_uniforms(range(len(logits)), 1)[:, 0]
+    picks = sampling._inverse_cdf(weights, uniforms)
+    assert picks.tolist() == running_sum_draws(weights, uniforms)
+    assert bool((weights.gather(-1, picks[:, None]) > 0).all())
+
+
+def test_the_blockwise_draw_at_planted_edges(monkeypatch):
+    """Blocks of 4 over 10 tokens (the last block ragged) with dyadic weights, so every running sum is exact: a
+    target equal to a running sum goes to the next token of positive weight (a token of weight 0 is never drawn), and
+    the largest uniform below 1 draws the last token of positive weight."""
+    monkeypatch.setattr(sampling, "DRAW_BLOCK", 4)
+    w = torch.tensor([0.125, 0.0, 0.125, 0.0, 0.25, 0.0, 0.0, 0.0, 0.5, 0.0])
+    cases = {0.0: 0, 0.1: 0, 0.125: 2, 0.2: 2, 0.25: 4, 0.49: 4, 0.5: 8, 0.75: 8, 1.0 - 2.0**-53: 8}
+    uniforms = torch.tensor(list(cases), dtype=torch.float64)
+    assert sampling._inverse_cdf(w.expand(len(cases), -1), uniforms).tolist() == list(cases.values())
+
+
+def test_the_blockwise_draw_stays_in_the_block_its_sums_chose(monkeypatch):
+    """A block's sum and its own running sum can round apart: 1 then 63 tokens of 2^-54 sum to more than 1 in a
+    float64 reduction that adds the small ones together, while a running sum stays at 1. With that block last, a
+    target between the two falls in it by the blocks' sums, past its own running sum: the draw is then a token of that
+    block (the first one that reaches its running total, as one running sum over the row draws), not an index past
+    the vocabulary."""
+    monkeypatch.setattr(sampling, "DRAW_BLOCK", 64)
+    w = torch.zeros(1, 128)
+    w[0, 0], w[0, 64], w[0, 65:] = 1.0, 1.0, 2.0**-54
+    last_sum = float(w[0, 64:].sum(dtype=torch.float64))
+    assert last_sum > 1.0 == float(w[0, 64:].double().cumsum(-1)[-1])  # the planted rounding, on this torch
+    u = torch.tensor([(2.0 + 1.0 + last_sum) / 2 / (1.0 + last_sum)], dtype=torch.float64)
+    assert sampling._inverse_cdf(w, u).tolist() == [64] == running_sum_draws(w, u)
+
+
+def test_wide_draws_follow_the_distribution():
+    """At top-p 1 over a vocabulary of many blocks, the draws' frequencies are the tempered distribution's."""
+    draws = 20_000
+    row = random_logits(3.0, rows=1, vocab=3 * sampling.DRAW_BLOCK + 77, seed=9)
+    probs = warped(row, 0.7, 1.0)[0]
+    tokens = sample_tokens(row.expand(draws, -1), 0.7, 1.0, row_uniforms([4321], draws)[0])
+    freq = torch.bincount(tokens, minlength=row.shape[-1]).double() / draws
+    assert (freq - probs.double()).abs().max() < 0.01

@@ -17,6 +17,8 @@ SMOKE = {
     "plan_bench": ["--model", "tiny-qwen2", "--reps", "1"],
     "plan_8b_bench": ["--studies", "nsi-14"],
     "depth_bench": ["--model", "tiny-qwen2", "--scenarios", "1", "--orders", "2", "--reps", "1"],
+    "draw_bench": ["--shapes", "2x1500", "--model", "tiny-qwen2", "--prompts", "1", "--rollouts", "2", "--tokens", "3",
+                   "--reps", "1"],
     "host_bench": ["--layers", "2", "--prompts", "1", "--rollouts", "2", "--t1", "2", "--t2", "3", "--reps", "1"],
 }
 

@@ -117,7 +117,7 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
 
     tokenizer = embedded.ensure_smollm2()
     env.update(PYTHON=str(python), WHEELS=str(BARE_WHEELS), SITE=str(tmp_path / "site"), OUT=str(tmp_path),
-               ARCH="llama3", FAMILIES="tiny-llama3")
+               ARCH="llama3", FAMILIES="tiny-llama3", DRAW_SHAPES="2x1500")
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--tokenizer", str(tokenizer)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -130,6 +130,9 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     assert result["step_grid"] and all(row["seconds_per_step"] > 0 for row in result["step_grid"])
     assert all(len(row["seconds_per_step_by_span"]) == 3 for row in result["step_grid"])  # 64, 128, 160
     assert result["generate_per_step"]["rows"] >= 1 and result["generate_per_step"]["seconds_per_step"] > 0
+    assert "the draw over the whole vocabulary at top-p 1" in proc.stdout  # bench/gpu_results.py's table of the run
+    draws = json.loads((tmp_path / "draw_bench.json").read_text())["draws"]
+    assert [(d["rows"], d["vocab"]) for d in draws] == [(2, 1500)] and draws[0]["blocks_ms"] > 0
     equal = json.loads((tmp_path / "gpu_equal.json").read_text())  # the graph path's checks, eager on CPU
     assert len(equal["results"]) == 5 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
 
