@@ -87,6 +87,16 @@ def own_span(step_index: int, budget: int) -> int:
     return min(span, budget)
 
 
+def graph_captures(budget: int) -> int:
+    """The graphs a static batch stepped to its budget without compaction steps with (on CUDA, captures): one per own
+    buffer span (`own_span`), log2(budget / OWN_BLOCK) + 1 of them; each compaction to a smaller bucket adds one
+    (`Cascade.graphs` counts a batch's). `--plan` costs them."""
+    count, span = 1, OWN_BLOCK
+    while span < budget:
+        count, span = count + 1, span * 2
+    return count
+
+
 def mean_own_span(budget: int) -> float:
     """The own slots a static step reads on average over a batch stepped to its budget (`--plan` counts them)."""
     return sum(own_span(k, budget) for k in range(budget)) / budget
@@ -182,6 +192,7 @@ class Cascade:
             self.step_t = torch.zeros(1, dtype=torch.long, device=self.device)
             self._slots(shape[2])
             self._graph = None
+            self.graphs = 1  # the graphs its steps need (captured on CUDA): one more per growth and per compaction
             self.graph_used = False
             self.graph_error: str | None = None
 
@@ -227,7 +238,7 @@ class Cascade:
             for r in rows:
                 first.setdefault(self.row_prompt[r], r)
             rows = rows + [first[p] for p in padding_prompts([self.row_prompt[r] for r in rows], bucket(len(rows)) - len(rows))]
-            self._graph = None
+            self._graph, self.graphs = None, self.graphs + 1
         idx = torch.tensor(rows, device=self.device)
         used = self.step_index
         for buffers in (self.ks, self.vs):
@@ -332,7 +343,7 @@ class Cascade:
                 new[:, :, : old.shape[2]] = old
                 buffers[i] = new
         self._slots(span)
-        self._graph = None
+        self._graph, self.graphs = None, self.graphs + 1
 
     def _forward(self, tokens=None, positions=None) -> torch.Tensor:
         tokens = self.tokens if tokens is None else tokens

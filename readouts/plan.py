@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from engine.batching import DEFAULT_BOUNDS, GENERATION_CACHE_SHARE
-from engine.decode import bucket, cascade_config, mean_own_span
+from engine.decode import bucket, cascade_config, graph_captures, mean_own_span
 from engine.errors import ReadoutError
 from engine.generation import BatchBounds
 from engine.planner import plan_prefix_groups, planned_tokens
@@ -47,9 +47,16 @@ HOST_OPS = {"graph_outside_forward": 43, "graph_replay": 1, "dynamic_outside_for
             "per_layer": {"olmo3": 67}, "per_layer_default": 55}
 """Kernel launches per decoding step, counted on CPU by bench/host_bench.py (engine/hostcount.py's dispatch
 counter, 32 layers, bench/results/host_bench_graph.md): on the CUDA graph path (the cascade backend) the ops
-outside the forward pass (43: the draw, end-of-row bookkeeping, the static buffers) and one replay; on the
+outside the forward pass (43 at top-p 0.95, the larger count: the draw, end-of-row bookkeeping, the static buffers;
+40 at top-p 1, bench/results/host_bench_top_p1.md) and one replay; on the
 dynamic path (the dense fallback) its 50 ops outside the forward and every op of the forward too, 55 per
 Llama-layout layer and 67 per OLMo-3 one ((1792 - 50) / 32 and (2182 - 50) / 32)."""
+
+
+CAPTURE_FORWARDS = 3
+"""Forward passes of host work one CUDA graph capture costs (engine.decode.Cascade._capture): the bucket's eager
+first step, the warm-up pass on a side stream and the recorded pass, each at the dynamic path's launches (HOST_OPS).
+Instantiating the graph is not counted (not measured here)."""
 
 
 @dataclass
@@ -92,6 +99,8 @@ class ModelSize:
     static: bool = False
     """Whether CUDA decodes it with static shapes (the cascade backend): a step runs its batch's row bucket and reads
     its own buffers whole (engine.decode.own_span), not only the slots written."""
+    capture_ops: int = 0
+    """Launches of host work per graph capture (CAPTURE_FORWARDS eager forward passes); 0 where no step is captured."""
 
 
 def model_size(config, dtype_bytes: int = 2) -> ModelSize:
@@ -109,12 +118,12 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
     if not getattr(config, "tie_word_embeddings", False):
         params += embed
     kv = 2 * layers * kv_heads * head_dim * dtype_bytes
+    per_layer = HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
+    eager = HOST_OPS["dynamic_outside_forward"] + layers * per_layer
     if cascade_config(config):  # CUDA decodes it with static shapes, each step a graph replay
-        ops = HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"]
-    else:
-        per_layer = HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
-        ops = HOST_OPS["dynamic_outside_forward"] + layers * per_layer
-    return ModelSize(params, params * dtype_bytes, kv, ops, cascade_config(config))
+        return ModelSize(params, params * dtype_bytes, kv, HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"],
+                         True, CAPTURE_FORWARDS * eager)
+    return ModelSize(params, params * dtype_bytes, kv, eager, False)
 
 
 def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int | None = None) -> BatchBounds:
@@ -134,17 +143,20 @@ def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
     bandwidth = gpu.bandwidth * DECODE_EFFICIENCY
     prefill = stage.computed_tokens * 2 * size.params / matmul
     host = size.host_ops_per_step * LAUNCH_SECONDS  # the host launches the next step while the device runs this one
-    decode = 0.0
+    decode, captures = 0.0, 0
     for _, rows, prompt_tokens, budget in stage.decode_batches:  # each batch as generate forms it
         if size.static:  # the row bucket steps, each row reading its own buffer whole (doubling up to the budget)
             rows = bucket(rows)
             held = prompt_tokens + rows * mean_own_span(budget)
+            captures += graph_captures(budget)  # one graph per own span (compaction's are not counted: rows run to budget)
         else:
             held = prompt_tokens + rows * budget / 2  # keys/values a step reads, on average
         device = max((size.weight_bytes + held * size.kv_bytes_per_token) / bandwidth, rows * 2 * size.params / matmul)
         decode += budget * max(device, host)
+    decode += captures * size.capture_ops * LAUNCH_SECONDS
     reread = stage.reread_tokens_max * 2 * size.params / matmul
-    return {"prefill_s": prefill, "decode_s": decode, "reread_s": reread, "total_s": prefill + decode + reread}
+    return {"prefill_s": prefill, "decode_s": decode, "reread_s": reread, "total_s": prefill + decode + reread,
+            "captures": captures}
 
 
 def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str) -> list[dict]:
@@ -199,8 +211,11 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
                      f"{r['rollouts']:>9,} {r['generated_max']:>10,} {r['reads']:>8,} {_time(r['prefill_s']):>8} "
                      f"{_time(r['decode_s']):>8} {_time(r['reread_s']):>8} {_time(r['total_s']):>8}")
     lines += batch_lines(rows)
+    captures = rows[-1].get("captures", 0) if rows else 0
     lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements; "
-                 f"a decoding step takes at least its {size.host_ops_per_step:,} kernel launches of host time.")
+                 f"a decoding step takes at least its {size.host_ops_per_step:,} kernel launches of host time"
+                 + (f"; {captures:,} CUDA graph captures, {_time(captures * size.capture_ops * LAUNCH_SECONDS)} of host "
+                    "time in the decode column." if captures else "."))
     return lines
 
 

@@ -131,6 +131,26 @@ def test_static_own_buffers_that_double_equal_dynamic(name, monkeypatch):
     assert _run(lm, prompts, check_every=4, static_shapes=True) == dynamic and spans
 
 
+def test_a_static_batch_steps_with_the_graphs_the_plan_counts(monkeypatch):
+    """Rows that all run to one budget (no stops) are never compacted: the batch steps with one graph per own span,
+    2, 4, 8 and 11 slots at OWN_BLOCK 2 and a budget of 11 (counted by hand), what `--plan` counts for it
+    (engine.decode.graph_captures); a compaction to a smaller bucket adds one."""
+    lm = get_model("tiny-llama3")
+    prompts = prompts_for(lm, 4)
+    monkeypatch.setattr(decode, "OWN_BLOCK", 2)
+    states = []
+    init = decode.Cascade.__init__
+    monkeypatch.setattr(decode.Cascade, "__init__", lambda self, *a, **k: (init(self, *a, **k), states.append(self))[0])
+    generate(lm.model, prompts, max_new_tokens=11, stop_ids=frozenset(), n=3, temperature=0.9, seeds=[1, 2, 3, 4],
+             static_shapes=True, check_every=3)
+    assert [s.graphs for s in states] == [4] == [decode.graph_captures(11)]
+    states.clear()
+    generate(lm.model, prompts, max_new_tokens=[11, 4, 4, 11], stop_ids=frozenset(), n=3, temperature=0.9,
+             seeds=[1, 2, 3, 4], static_shapes=True, check_every=3)  # 6 of 12 rows end at 4: the bucket of 16 moves to 8
+    assert [s.graphs for s in states] == [5]
+    assert [decode.graph_captures(b) for b in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
+
+
 def test_own_spans():
     assert [decode.own_span(k, 300) for k in (0, 63, 64, 127, 128, 256, 299)] == [64, 64, 128, 128, 256, 300, 300]
     assert decode.own_span(0, 10) == 10 and decode.mean_own_span(10) == 10

@@ -145,6 +145,15 @@ def test_estimate_bounds():
     st = StageWork("J", decode_batches=[["J x9", 100, 5000, 512]])
     step = max((14e9 + (5000 + 128 * 344) * 131072) / (4.8e12 * 0.7), 128 * 2 * 7e9 / (989e12 * 0.5))
     assert estimate(st, static, gpu)["decode_s"] == pytest.approx(512 * step)
+    # Each own span is a graph captured (64, 128, 256 and 512 slots: 4), at the capture's launches of host time; a
+    # batch of 64 new tokens is one graph.
+    captured = dataclasses.replace(static, capture_ops=5400)
+    st = StageWork("J", decode_batches=[["J x9", 100, 5000, 512], ["J x9", 100, 5000, 64]])
+    got = estimate(st, captured, gpu)
+    step64 = max((14e9 + (5000 + 128 * 64) * 131072) / (4.8e12 * 0.7), 128 * 2 * 7e9 / (989e12 * 0.5))
+    assert got["captures"] == 5
+    assert got["decode_s"] == pytest.approx(512 * step + 64 * step64 + 5 * 5400 * LAUNCH_SECONDS)
+    assert estimate(st, size, gpu)["captures"] == 0  # dynamic shapes: nothing captured
 
 
 def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
@@ -163,6 +172,8 @@ def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
         assert bounds.max_rows == 512 and bounds.cascade
         assert bounds.kv_limit == int(0.5 * (143771 * 2**20 - size.weight_bytes)) // per_token
         assert size.host_ops_per_step == HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"]
+        per_layer = {"olmo3": 67}.get(config.model_type, 55)  # bench/results/host_bench_graph.md, by hand
+        assert size.capture_ops == 3 * (50 + 32 * per_layer)
     # At 512 new tokens, a batch of 512 rows holds 262k tokens: more than OLMo-3's limit, within Llama's.
     lengths, budgets = [300] * 128, [512] * 128
     olmo_batches = plan_batches(lengths, budgets, 4, gpu_batch_bounds(olmo, model_size(olmo), "h200"))
