@@ -140,10 +140,12 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     target = _target(cumulative, uniforms)
     block = torch.searchsorted(cumulative, target, right=True)  # [R, 1]; a real block, as the target is below the total
     inside = blocks.gather(1, block[:, :, None].expand(rows, 1, size))[:, 0].double().cumsum(-1)
-    # What is left of the target past the blocks before, kept below the block's own running total (x (1 - 2^-53) is
-    # the next double below it): the blockwise sums may put the target in this block where its own running sum
-    # rounds to slightly less, and the draw is then the block's last token of positive weight.
-    left = torch.minimum(target - (cumulative - sums).gather(-1, block), inside[:, -1:] * (1.0 - 2.0**-53))
+    # What is left of the target past the blocks before (their running total, 0 for the first block, is at most the
+    # target, so this is never negative), kept below the block's own running total (x (1 - 2^-53) is the next double
+    # below it): the blockwise sums may put the target in this block where its own running sum rounds to slightly
+    # less, and the draw is then the token at which that running sum reaches the block's total.
+    before = torch.nn.functional.pad(cumulative, (1, 0)).gather(-1, block)
+    left = torch.minimum(target - before, inside[:, -1:] * (1.0 - 2.0**-53))
     return torch.add(torch.searchsorted(inside, left, right=True), block, alpha=size)[:, 0]
 
 
