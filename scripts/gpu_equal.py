@@ -10,7 +10,9 @@ in fp32 on the GPU, this checks against references computed without the code und
 - letter masses read by the fast path (prefix trees, batching), and read after the anchor from the rows' own
   caches filled by the graph path, equal the plain one-prompt forward within 1e-5;
 - between the host's checks the graph path reads nothing back from the device (two device-to-host copies for
-  16 more steps with a check every 8).
+  16 more steps with a check every 8);
+- the draw over the whole vocabulary (top-p 1), block by block on the device, picks what one float64 running sum
+  over each row picks, computed with numpy on the host.
 
     python scripts/gpu_equal.py --out $OUT/gpu_equal.json     # CUDA; --device cpu runs the same checks eagerly
 
@@ -187,10 +189,32 @@ def check_no_sync_between_checks(lm, prompts, graphs_expected):
     return extra == {"to_host": 2, "scalar_read": 0, "data_shape": 0}, dict(extra_syncs_for_16_steps=extra)
 
 
+def check_draw_on_device(lm, prompts, graphs_expected):
+    """The draw over the whole vocabulary (top-p 1), block by block on the device, picks what one float64 running sum
+    over each row picks (numpy, on the host), at the family's vocabulary and at Llama-3's and OLMo-3's."""
+    import numpy as np
+
+    from engine.sampling import row_uniforms, sample_tokens
+
+    device = lm.model.get_input_embeddings().weight.device
+    mismatches, draws = 0, 0
+    for vocab in (lm.model.config.vocab_size, 128256, 100278):
+        gen = torch.Generator().manual_seed(vocab)
+        logits = torch.cat([torch.randn(64, vocab, generator=gen) * scale for scale in (0.3, 3.0, 12.0)])
+        logits[::3, 1::7] = float("-inf")  # masked tokens: weight 0, never drawn
+        uniforms = row_uniforms(range(len(logits)), 1)[:, 0]
+        picks = sample_tokens(logits.to(device), 0.7, 1.0, uniforms.to(device)).cpu().numpy()
+        weights = (logits / 0.7).softmax(-1).double().numpy()
+        ref = [int(np.searchsorted(np.cumsum(w), u * np.cumsum(w)[-1], side="right")) for w, u in zip(weights, uniforms.numpy())]
+        mismatches += int((picks != np.array(ref)).sum())
+        draws += len(ref)
+    return mismatches == 0, dict(draws=draws, picks_unlike_the_running_sum=mismatches)
+
+
 CHECKS = {"graph_rollouts_equal_dynamic": check_graph_rollouts, "graph_greedy_equals_plain_decoder": check_greedy_plain,
           "graph_rollouts_with_doubling_own_buffers": check_doubling_own_buffers,
           "letters_and_row_cache_rereads_equal_plain": check_letters_and_rereads,
-          "no_host_sync_between_checks": check_no_sync_between_checks}
+          "no_host_sync_between_checks": check_no_sync_between_checks, "draw_on_device_equals_running_sum": check_draw_on_device}
 
 
 def main():
