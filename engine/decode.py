@@ -89,8 +89,8 @@ def own_span(step_index: int, budget: int) -> int:
 
 def graph_captures(budget: int) -> int:
     """The graphs a static batch stepped to its budget without compaction steps with (on CUDA, captures): one per own
-    buffer span (`own_span`), log2(budget / OWN_BLOCK) + 1 of them; each compaction to a smaller bucket adds one
-    (`Cascade.graphs` counts a batch's). `--plan` costs them."""
+    buffer span (`own_span`), ceil(log2(budget / OWN_BLOCK)) + 1 of them (1 up to OWN_BLOCK); a compaction to a
+    smaller bucket adds one (`Cascade.graphs` counts a batch's). `--plan` costs them."""
     count, span = 1, OWN_BLOCK
     while span < budget:
         count, span = count + 1, span * 2
@@ -192,7 +192,8 @@ class Cascade:
             self.step_t = torch.zeros(1, dtype=torch.long, device=self.device)
             self._slots(shape[2])
             self._graph = None
-            self.graphs = 1  # the graphs its steps need (captured on CUDA): one more per growth and per compaction
+            self.graphs = 0  # the graphs its steps have needed (captured on CUDA): one per bucket and own span stepped
+            self._fresh = True  # the next step starts a graph
             self.graph_used = False
             self.graph_error: str | None = None
 
@@ -238,7 +239,7 @@ class Cascade:
             for r in rows:
                 first.setdefault(self.row_prompt[r], r)
             rows = rows + [first[p] for p in padding_prompts([self.row_prompt[r] for r in rows], bucket(len(rows)) - len(rows))]
-            self._graph, self.graphs = None, self.graphs + 1
+            self._graph, self._fresh = None, True
         idx = torch.tensor(rows, device=self.device)
         used = self.step_index
         for buffers in (self.ks, self.vs):
@@ -313,6 +314,8 @@ class Cascade:
             self.step_t.add_(1)
         if self.step_index >= self.ks[0].shape[2]:  # the steps reached the own buffer's end: double it, a new graph
             self._grow(own_span(self.step_index, self.budget))
+        if self._fresh:  # a compaction and a growth before one step start one graph, not two
+            self.graphs, self._fresh = self.graphs + 1, False
         self.own_bias.copy_(torch.where(self.slots <= self.step_t, 0.0, float("-inf"))[None, None, None, :])
         if self._graph is not None:
             self._tokens_in.copy_(self.tokens)
@@ -343,7 +346,7 @@ class Cascade:
                 new[:, :, : old.shape[2]] = old
                 buffers[i] = new
         self._slots(span)
-        self._graph, self.graphs = None, self.graphs + 1
+        self._graph, self._fresh = None, True
 
     def _forward(self, tokens=None, positions=None) -> torch.Tensor:
         tokens = self.tokens if tokens is None else tokens

@@ -126,19 +126,21 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     of weight 0 is never drawn. Rows wider than one block go block by block: the block whose running total first
     exceeds the target, then the index within that block where the block's own running sum exceeds what is left of
     the target; the sums are those of one running sum over the row up to how float64 rounds them (a draw lands
-    elsewhere only where the target lies within ~1e-16 of a token's edge)."""
+    elsewhere only where the target lies within that rounding of a token's edge: about 1e-14 of the row's total at
+    128k tokens). A row that is not finite (NaN weights) draws some index in range, as the running sum did."""
     rows, width = weights.shape
     size = _block_size(width, DRAW_BLOCK)
     if width <= size:
         cumulative = weights.double().cumsum(-1)
-        return torch.searchsorted(cumulative, _target(cumulative, uniforms), right=True)[:, 0]
+        return torch.searchsorted(cumulative, _target(cumulative, uniforms), right=True).clamp_(max=width - 1)[:, 0]
     if width % size:
         weights = torch.nn.functional.pad(weights, (0, size - width % size))
     blocks = weights.reshape(rows, -1, size)
     sums = blocks.sum(-1, dtype=torch.float64)
     cumulative = sums.cumsum(-1)
     target = _target(cumulative, uniforms)
-    block = torch.searchsorted(cumulative, target, right=True)  # [R, 1]; a real block, as the target is below the total
+    # [R, 1]; a real block, as the target is below the total (the clamp holds rows that are not finite in range)
+    block = torch.searchsorted(cumulative, target, right=True).clamp_(max=cumulative.shape[-1] - 1)
     inside = blocks.gather(1, block[:, :, None].expand(rows, 1, size))[:, 0].double().cumsum(-1)
     # What is left of the target past the blocks before (their running total, 0 for the first block, is at most the
     # target, so this is never negative), kept below the block's own running total (x (1 - 2^-53) is the next double
@@ -146,7 +148,8 @@ def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     # less, and the draw is then the token at which that running sum reaches the block's total.
     before = torch.nn.functional.pad(cumulative, (1, 0)).gather(-1, block)
     left = torch.minimum(target - before, inside[:, -1:] * (1.0 - 2.0**-53))
-    return torch.add(torch.searchsorted(inside, left, right=True), block, alpha=size)[:, 0]
+    at = torch.searchsorted(inside, left, right=True).clamp_(max=size - 1)
+    return torch.add(at, block, alpha=size).clamp_(max=width - 1)[:, 0]
 
 
 def _target(cumulative: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

@@ -54,9 +54,10 @@ Llama-layout layer and 67 per OLMo-3 one ((1792 - 50) / 32 and (2182 - 50) / 32)
 
 
 CAPTURE_FORWARDS = 3
-"""Forward passes of host work one CUDA graph capture costs (engine.decode.Cascade._capture): the bucket's eager
-first step, the warm-up pass on a side stream and the recorded pass, each at the dynamic path's launches (HOST_OPS).
-Instantiating the graph is not counted (not measured here)."""
+"""Forward passes of host work one CUDA graph capture adds (engine.decode.Cascade._capture): the bucket's first
+step run eagerly instead of replayed, the warm-up pass on a side stream and the recorded pass, each at the forward
+pass's launches (HOST_OPS' per-layer count: the static forward counts 1,774 at 32 Llama-layout layers, 55.4 a layer,
+bench/results/host_bench_graph.md). Instantiating the graph is not counted (not measured here)."""
 
 
 @dataclass
@@ -100,7 +101,7 @@ class ModelSize:
     """Whether CUDA decodes it with static shapes (the cascade backend): a step runs its batch's row bucket and reads
     its own buffers whole (engine.decode.own_span), not only the slots written."""
     capture_ops: int = 0
-    """Launches of host work per graph capture (CAPTURE_FORWARDS eager forward passes); 0 where no step is captured."""
+    """Launches of host work a graph capture adds (CAPTURE_FORWARDS forward passes); 0 where no step is captured."""
 
 
 def model_size(config, dtype_bytes: int = 2) -> ModelSize:
@@ -122,7 +123,7 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
     eager = HOST_OPS["dynamic_outside_forward"] + layers * per_layer
     if cascade_config(config):  # CUDA decodes it with static shapes, each step a graph replay
         return ModelSize(params, params * dtype_bytes, kv, HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"],
-                         True, CAPTURE_FORWARDS * eager)
+                         True, CAPTURE_FORWARDS * layers * per_layer)
     return ModelSize(params, params * dtype_bytes, kv, eager, False)
 
 

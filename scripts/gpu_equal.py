@@ -203,8 +203,9 @@ def check_draw_on_device(lm, prompts, graphs_expected):
         logits = torch.cat([torch.randn(64, vocab, generator=gen) * scale for scale in (0.3, 3.0, 12.0)])
         logits[::3, 1::7] = float("-inf")  # masked tokens: weight 0, never drawn
         uniforms = row_uniforms(range(len(logits)), 1)[:, 0]
-        picks = sample_tokens(logits.to(device), 0.7, 1.0, uniforms.to(device)).cpu().numpy()
-        weights = (logits / 0.7).softmax(-1).double().numpy()
+        logits = logits.to(device)
+        picks = sample_tokens(logits, 0.7, 1.0, uniforms.to(device)).cpu().numpy()
+        weights = (logits / 0.7).softmax(-1).double().cpu().numpy()  # the device's own weights, summed on the host
         ref = [int(np.searchsorted(np.cumsum(w), u * np.cumsum(w)[-1], side="right")) for w, u in zip(weights, uniforms.numpy())]
         mismatches += int((picks != np.array(ref)).sum())
         draws += len(ref)

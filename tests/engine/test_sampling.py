@@ -128,11 +128,13 @@ def test_the_blockwise_draw_is_the_running_sums(monkeypatch, block, vocab):
 
 
 def test_the_blockwise_draw_at_planted_edges(monkeypatch):
-    """Blocks of 4 over 10 tokens (the last block ragged) with dyadic weights, so every running sum is exact: a
-    target equal to a running sum goes to the next token of positive weight (a token of weight 0 is never drawn), and
-    the largest uniform below 1 draws the last token of positive weight."""
+    """Blocks of 4 over 11 tokens (11 has no divisor near 4: the last block is padded with a token of weight 0) with
+    dyadic weights, so every running sum is exact: a target equal to a running sum goes to the next token of positive
+    weight (a token of weight 0 is never drawn), and the largest uniform below 1 draws the last token of positive
+    weight."""
     monkeypatch.setattr(sampling, "DRAW_BLOCK", 4)
-    w = torch.tensor([0.125, 0.0, 0.125, 0.0, 0.25, 0.0, 0.0, 0.0, 0.5, 0.0])
+    assert sampling._block_size(11, 4) == 4
+    w = torch.tensor([0.125, 0.0, 0.125, 0.0, 0.25, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0])
     cases = {0.0: 0, 0.1: 0, 0.125: 2, 0.2: 2, 0.25: 4, 0.49: 4, 0.5: 8, 0.75: 8, 1.0 - 2.0**-53: 8}
     uniforms = torch.tensor(list(cases), dtype=torch.float64)
     assert sampling._inverse_cdf(w.expand(len(cases), -1), uniforms).tolist() == list(cases.values())
@@ -161,3 +163,13 @@ def test_wide_draws_follow_the_distribution():
     tokens = sample_tokens(row.expand(draws, -1), 0.7, 1.0, row_uniforms([4321], draws)[0])
     freq = torch.bincount(tokens, minlength=row.shape[-1]).double() / draws
     assert (freq - probs.double()).abs().max() < 0.01
+
+
+def test_a_row_that_is_not_finite_draws_in_range():
+    """NaN logits (a numerical failure upstream) draw some token id in range, as the single running sum did, on both
+    the one-block and the blockwise path: never an index past the vocabulary."""
+    for vocab in (300, 2048, 5003):
+        logits = random_logits(1.0, rows=3, vocab=vocab)
+        logits[1] = float("nan")
+        picks = sample_tokens(logits, 0.7, 1.0, row_uniforms(range(3), 1)[:, 0])
+        assert bool(((picks >= 0) & (picks < vocab)).all())

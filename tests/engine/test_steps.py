@@ -148,6 +148,10 @@ def test_a_static_batch_steps_with_the_graphs_the_plan_counts(monkeypatch):
     generate(lm.model, prompts, max_new_tokens=[11, 4, 4, 11], stop_ids=frozenset(), n=3, temperature=0.9,
              seeds=[1, 2, 3, 4], static_shapes=True, check_every=3)  # 6 of 12 rows end at 4: the bucket of 16 moves to 8
     assert [s.graphs for s in states] == [5]
+    states.clear()  # the compaction at the check after step 4 and the growth to 8 slots come before one step: 1 graph
+    generate(lm.model, prompts, max_new_tokens=[11, 4, 4, 11], stop_ids=frozenset(), n=3, temperature=0.9,
+             seeds=[1, 2, 3, 4], static_shapes=True, check_every=4)
+    assert [s.graphs for s in states] == [4]
     assert [decode.graph_captures(b) for b in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
 
 
