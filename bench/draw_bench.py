@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, or auto (cuda where there is one)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
-    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else "cpu" if a.device == "auto" else a.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device)
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     result = dict(bench="draw_bench", device=str(device), threads=torch.get_num_threads(), torch=torch.__version__,
                   machine=platform.machine(), draw_block=sampling.DRAW_BLOCK, draws=draw_times(shapes, device, a.reps))

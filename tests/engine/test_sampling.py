@@ -118,7 +118,7 @@ def test_the_blockwise_draw_is_the_running_sums(monkeypatch, block, vocab):
     monkeypatch.setattr(sampling, "DRAW_BLOCK", block)
     logits = torch.cat([random_logits(s, rows=32, vocab=vocab, seed=vocab) for s in (0.3, 3.0, 12.0)])
     logits[::3, 1::7] = float("-inf")  # a tied row's stop tokens are masked like this
-    logits[1, : vocab - 3] = float("-inf")  # all mass in the last (ragged) block
+    logits[1, : vocab - 3] = float("-inf")  # all mass in the last block (padded where no divisor is near the block)
     logits[2, 3:] = float("-inf")  # all mass in the first one
     weights = (logits / 0.7).softmax(-1)
     uniforms = row_uniforms(range(len(logits)), 1)[:, 0]
