@@ -119,12 +119,11 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
     if not getattr(config, "tie_word_embeddings", False):
         params += embed
     kv = 2 * layers * kv_heads * head_dim * dtype_bytes
-    per_layer = HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
-    eager = HOST_OPS["dynamic_outside_forward"] + layers * per_layer
+    forward = layers * HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
     if cascade_config(config):  # CUDA decodes it with static shapes, each step a graph replay
         return ModelSize(params, params * dtype_bytes, kv, HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"],
-                         True, CAPTURE_FORWARDS * layers * per_layer)
-    return ModelSize(params, params * dtype_bytes, kv, eager, False)
+                         True, CAPTURE_FORWARDS * forward)
+    return ModelSize(params, params * dtype_bytes, kv, HOST_OPS["dynamic_outside_forward"] + forward, False)
 
 
 def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int | None = None) -> BatchBounds:
@@ -154,10 +153,11 @@ def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
             held = prompt_tokens + rows * budget / 2  # keys/values a step reads, on average
         device = max((size.weight_bytes + held * size.kv_bytes_per_token) / bandwidth, rows * 2 * size.params / matmul)
         decode += budget * max(device, host)
-    decode += captures * size.capture_ops * LAUNCH_SECONDS
+    capture = captures * size.capture_ops * LAUNCH_SECONDS
+    decode += capture
     reread = stage.reread_tokens_max * 2 * size.params / matmul
     return {"prefill_s": prefill, "decode_s": decode, "reread_s": reread, "total_s": prefill + decode + reread,
-            "captures": captures}
+            "captures": captures, "capture_s": capture}
 
 
 def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str) -> list[dict]:
@@ -212,11 +212,11 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
                      f"{r['rollouts']:>9,} {r['generated_max']:>10,} {r['reads']:>8,} {_time(r['prefill_s']):>8} "
                      f"{_time(r['decode_s']):>8} {_time(r['reread_s']):>8} {_time(r['total_s']):>8}")
     lines += batch_lines(rows)
-    captures = rows[-1].get("captures", 0) if rows else 0
+    total = rows[-1] if rows else {}
     lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements; "
                  f"a decoding step takes at least its {size.host_ops_per_step:,} kernel launches of host time"
-                 + (f"; {captures:,} CUDA graph captures, {_time(captures * size.capture_ops * LAUNCH_SECONDS)} of host "
-                    "time in the decode column." if captures else "."))
+                 + (f"; {total['captures']:,} CUDA graph captures, {_time(total['capture_s'])} of host time in the decode "
+                    "column." if total.get("captures") else "."))
     return lines
 
 

@@ -206,7 +206,8 @@ def check_draw_on_device(lm, prompts, graphs_expected):
         logits = logits.to(device)
         picks = sample_tokens(logits, 0.7, 1.0, uniforms.to(device)).cpu().numpy()
         weights = (logits / 0.7).softmax(-1).double().cpu().numpy()  # the device's own weights, summed on the host
-        ref = [int(np.searchsorted(np.cumsum(w), u * np.cumsum(w)[-1], side="right")) for w, u in zip(weights, uniforms.numpy())]
+        cdfs = np.cumsum(weights, axis=-1)
+        ref = [int(np.searchsorted(cdf, u * cdf[-1], side="right")) for cdf, u in zip(cdfs, uniforms.numpy())]
         mismatches += int((picks != np.array(ref)).sum())
         draws += len(ref)
     return mismatches == 0, dict(draws=draws, picks_unlike_the_running_sum=mismatches)
