@@ -30,3 +30,8 @@ class ProbeInputError(ReadoutError):
 
 class ContextLengthError(ReadoutError):
     """A prompt (with the tokens it may generate) is longer than the model's context; names file, line, field."""
+
+
+class NonFiniteLogitsError(ReadoutError):
+    """The model's next-token logits are NaN or infinite where a letter is read or a token is drawn (its weights, or
+    a dtype too narrow for its activations); nothing computed from them is kept."""

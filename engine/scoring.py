@@ -10,6 +10,7 @@ path equal to the plain one within float tolerance.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -17,7 +18,7 @@ from typing import Sequence
 import torch
 
 from engine.batching import cache_token_limit, default_bounds, halving_on_oom, pad_rows, spread_over_devices, token_batches
-from engine.errors import ProbeInputError
+from engine.errors import NonFiniteLogitsError, ProbeInputError
 from engine.head import head_fp32, head_scaling
 from engine.letters import LetterTokens
 from engine.planner import PrefixGroup, by_known_prefix, chain, node_start, plan_prefix_groups, representatives, waves
@@ -102,6 +103,14 @@ def letter_masses(
     index, keep = index.to(probs.device).flatten(1), keep.to(probs.device)
     both = torch.stack([probs.gather(1, index), tempered.gather(1, index)]).view(2, *keep.shape)
     sums = both.masked_fill(~keep, 0.0).sum(-1).cpu().tolist()  # [2][row][letter]
+    # Logits that are NaN or infinite anywhere in a row (or all -inf) make its whole softmax NaN, so its letters' sums
+    # say so: no further pass over the logits.
+    bad = [row for row in range(len(letters)) if not all(map(math.isfinite, sums[0][row] + sums[1][row]))]
+    if bad:
+        raise NonFiniteLogitsError(
+            f"reading letters: the model's next-token logits were NaN or infinite for {len(bad)} of {len(letters)} "
+            f"rows read together (first: row {bad[0]}{f', a prompt of {lengths[bad[0]]} tokens' if lengths[bad[0]] else ''}); "
+            f"its weights, or a dtype too narrow for its activations, put them out of range")
     out = []
     for row, (lt, n) in enumerate(zip(letters, lengths)):
         mass, temp = sums[0][row][: len(lt.token_ids)], sums[1][row][: len(lt.token_ids)]

@@ -12,6 +12,10 @@ The draw looks at the NUCLEUS_HEAD most likely tokens (engine/sampling.py). Wher
 at some step of a window, which the check learns from the device flag, the window is decoded again from the
 check before it with the widening draw (the decode state rewinds: the own slots it writes are written again),
 so the tokens are the widening draw's in every case.
+
+Logits that are NaN or infinite at a step where a row chooses its token (a NaN anywhere in the row, an infinity, or
+every token at -inf) stop the batch at the next check with NonFiniteLogitsError: the device keeps the sum of each
+row's largest logit, which is finite until then, and the check reads whether it still is with the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from engine.decode import bucket
+from engine.errors import NonFiniteLogitsError
 from engine.sampling import derive_seed, row_uniforms, sample_tokens, sample_tokens_unchecked
 
 COMPACT_FRACTION = 1 / 8
@@ -63,6 +68,9 @@ def decode_batch(state, prompts, seeds, budgets, settings, leaders, check_every:
               end_at=torch.full((rows,), -1, dtype=torch.long, device=device),
               hit=torch.zeros(rows, dtype=torch.bool, device=device),
               tied=torch.tensor([x >= 0 for x in lead], device=device),
+              # the sum of the row's largest logit over the steps it chose a token at: not finite once some such
+              # step's logits held a NaN or an infinity, or were all -inf (nothing to choose from)
+              top_sum=torch.zeros(rows, dtype=torch.float64, device=device),
               lead_at=torch.tensor([max(x, 0) for x in lead], device=device))  # the leader's position among live rows
     stop = torch.tensor(sorted(settings.stop_ids), device=device) if settings.stop_ids else None
     tokens = torch.zeros((rows, max_new), dtype=torch.long, device=device)
@@ -83,7 +91,8 @@ def decode_batch(state, prompts, seeds, budgets, settings, leaders, check_every:
             saved = (state.rewind_point(), b.snapshot(), logits.clone())
         if stop_cols is not None:  # a tied row may not end its turn: its length is its leader's
             logits[:, stop_cols] = logits[:, stop_cols].masked_fill(b.tied[:, None], float("-inf"))
-        best = logits.argmax(-1)
+        top, best = logits.max(-1)  # `best` is argmax's pick (the first largest); `top` is NaN where the row holds one
+        b.top_sum += top.masked_fill(b.done, 0.0)  # a row past its end chooses nothing: its logits are never used
         if all(greedy[r] for r in live):
             token = best
         elif step <= exact_until or not can_rewind:
@@ -103,8 +112,10 @@ def decode_batch(state, prompts, seeds, budgets, settings, leaders, check_every:
         last = step == max_new - 1
         if last or step + 1 - start >= check_every:
             # The check: the one read-back of the window.
-            news = torch.cat([b.end_at, b.hit.long(), wide.long()[None]]).tolist()
-            if news[-1]:  # some nucleus was wider than the head: decode the window again, widening
+            news = torch.cat([b.end_at, b.hit.long(), wide.long()[None], (~b.top_sum.isfinite()).any().long()[None]]).tolist()
+            if news[-1]:  # some row chose a token from logits that were not finite: nothing of this batch is kept
+                _non_finite(b.top_sum, live, prompts, n, start, step)
+            if news[-2]:  # some nucleus was wider than the head: decode the window again, widening
                 state.rewind(saved[0])
                 b.restore(saved[1])
                 logits, exact_until, step = saved[2].clone(), step, start
@@ -142,6 +153,16 @@ def decode_batch(state, prompts, seeds, budgets, settings, leaders, check_every:
     if settings.row_kv is not None:
         _hold_rows(state, rows_kv, room, live, lengths, range(len(live)))
     return tokens.cpu(), lengths, stopped, greedy, rows_kv, prompt_kv
+
+
+def _non_finite(top_sum: torch.Tensor, live, prompts, n: int, start: int, step: int):
+    """Raise NonFiniteLogitsError for the rows whose `top_sum` is not finite, in the window of steps start..step."""
+    bad = (~top_sum.isfinite()).nonzero()[:, 0].tolist()
+    r = live[bad[0]]
+    raise NonFiniteLogitsError(
+        f"decoding: the model's next-token logits were NaN or infinite for {len(bad)} of {len(live)} rows at a step "
+        f"between {start} and {step} (first: rollout {r % n} of a prompt of {len(prompts[r // n])} tokens); its weights, "
+        f"or a dtype too narrow for its activations, put them out of range")
 
 
 def _room(store) -> int:

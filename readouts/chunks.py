@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from typing import Sequence
 
 from contract.tables import Table
-from engine.errors import ReadoutError
+from engine.errors import NonFiniteLogitsError, ReadoutError
 
 WINDOW_DEFAULT = {"cuda": 8}
 """Chunks decoded together by default, per device type (others: 1). On a GPU the paper profile's 4-scenario
@@ -73,7 +73,11 @@ def chunk_loop(rundir, chunks, runner, contracts: Sequence[Table], log, stop_aft
                 for i, _ in todo:
                     held.enter_context(rundir.chunk_lock(i))
             t0 = time.perf_counter()
-            outs = _compute(runner, [chunk for _, chunk in todo])
+            try:
+                outs = _compute(runner, [chunk for _, chunk in todo])
+            except NonFiniteLogitsError as exc:  # said with the chunks it stopped in; those written before are kept
+                which = ", ".join(str(i + 1) for i, _ in todo)
+                raise NonFiniteLogitsError(f"chunk{'s' if len(todo) > 1 else ''} {which} of {len(chunks)}: {exc}") from None
             took = time.perf_counter() - t0
             for (i, chunk), out in zip(todo, outs, strict=True):
                 frames = tuple(t.frame(rows) for t, rows in zip(contracts, out, strict=True))

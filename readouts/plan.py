@@ -43,14 +43,15 @@ DECODE_EFFICIENCY = 0.7
 """Share of the memory bandwidth a decoding step reaches."""
 LAUNCH_SECONDS = 8e-6
 """Host time per kernel launch (6-10 us on current CUDA drivers; not measured here, no GPU)."""
-HOST_OPS = {"graph_outside_forward": 43, "graph_replay": 1, "dynamic_outside_forward": 50,
+HOST_OPS = {"graph_outside_forward": 45, "graph_replay": 1, "dynamic_outside_forward": 56,
             "per_layer": {"olmo3": 67}, "per_layer_default": 55}
 """Kernel launches per decoding step, counted on CPU by bench/host_bench.py (engine/hostcount.py's dispatch
 counter, 32 layers, bench/results/host_bench_graph.md): on the CUDA graph path (the cascade backend) the ops
-outside the forward pass (43: the draw, end-of-row bookkeeping, the static buffers; at top-p 0.95 and at top-p 1
-alike, bench/results/host_bench_top_p1.md) and one replay; on the
-dynamic path (the dense fallback) its 50 ops outside the forward and every op of the forward too, 55 per
-Llama-layout layer and 67 per OLMo-3 one ((1792 - 50) / 32 and (2182 - 50) / 32)."""
+outside the forward pass (45: the draw, end-of-row bookkeeping and the check for logits that are not finite, the
+static buffers; at top-p 0.95 and at top-p 1 alike, bench/results/host_bench_top_p1.md) and one replay; on the
+dynamic path (the dense fallback) its 56 ops outside the forward and every op of the forward too, 55 per
+Llama-layout layer and 67 per OLMo-3 one ((1798 - 56) / 32 and (2188 - 56) / 32, rounded up). tests/readouts/test_plan.py holds
+these equal to host_bench_graph.json."""
 
 
 CAPTURE_FORWARDS = 3

@@ -4,6 +4,7 @@ estimate on a named GPU."""
 
 import dataclasses
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -172,7 +173,7 @@ def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
         assert bounds.max_rows == 512 and bounds.cascade
         assert bounds.kv_limit == int(0.5 * (143771 * 2**20 - size.weight_bytes)) // per_token
         assert size.host_ops_per_step == HOST_OPS["graph_outside_forward"] + HOST_OPS["graph_replay"]
-        per_layer = {"olmo3": 67}.get(config.model_type, 55)  # bench/results/host_bench_graph.md, by hand
+        per_layer = HOST_OPS["per_layer"].get(config.model_type, HOST_OPS["per_layer_default"])
         assert size.capture_ops == 3 * 32 * per_layer
     # At 512 new tokens, a batch of 512 rows holds 262k tokens: more than OLMo-3's limit, within Llama's.
     lengths, budgets = [300] * 128, [512] * 128
@@ -184,6 +185,21 @@ def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
         members = [i for u in batch for i in u]
         assert sum(lengths[i] for i in members) + 4 * len(members) * 512 <= limit
 
+
+
+def test_host_ops_are_the_benchmarks_counts():
+    """HOST_OPS is bench/results/host_bench_graph.json's counts (rerun the bench when the decode loop changes): the
+    graph path's and the dynamic path's ops outside the forward, and the forward's ops per layer of each layout (rounded
+    up)."""
+    from pathlib import Path
+
+    results = json.loads((Path(__file__).resolve().parents[2] / "bench/results/host_bench_graph.json").read_text())["results"]
+    by = {(r["layout"], r["mode"]): r for r in results}
+    for layout, per_layer in (("llama-8b-layout", HOST_OPS["per_layer_default"]), ("olmo3-7b-layout", HOST_OPS["per_layer"]["olmo3"])):
+        graph, dynamic = by[layout, "static-check8-gpu-ops"], by[layout, "dynamic-gpu-ops"]
+        assert round(graph["outside_forward_ops_per_step"]) == HOST_OPS["graph_outside_forward"]
+        assert round(dynamic["outside_forward_ops_per_step"]) == HOST_OPS["dynamic_outside_forward"]
+        assert math.ceil((dynamic["ops_per_step"] - dynamic["outside_forward_ops_per_step"]) / graph["layers"]) == per_layer
 
 @pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "smollm2-135m"])
 def test_model_size_from_the_config(name):
