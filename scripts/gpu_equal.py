@@ -12,7 +12,9 @@ in fp32 on the GPU, this checks against references computed without the code und
 - between the host's checks the graph path reads nothing back from the device (two device-to-host copies for
   16 more steps with a check every 8);
 - the draw over the whole vocabulary (top-p 1), block by block on the device, picks what one float64 running sum
-  over each row picks, computed with numpy on the host.
+  over each row picks, computed with numpy on the host;
+- logits made NaN or infinite in one row at one step stop the graph path (NonFiniteLogitsError), the same NaN in a
+  row past its end does not, and letters read from a NaN row on the device are refused.
 
     python scripts/gpu_equal.py --out $OUT/gpu_equal.json     # CUDA; --device cpu runs the same checks eagerly
 
@@ -213,10 +215,55 @@ def check_draw_on_device(lm, prompts, graphs_expected):
     return mismatches == 0, dict(draws=draws, picks_unlike_the_running_sum=mismatches)
 
 
+def check_non_finite_logits(lm, prompts, graphs_expected):
+    """Logits made NaN, +inf or all -inf in one row at one step of the graph path stop it with NonFiniteLogitsError
+    (the device's max propagates the NaN, its softmax turns an infinity into NaN), the same NaN in a row past its end
+    leaves the rollouts as they were, and letters read from a NaN row on the device are refused."""
+    from engine.errors import NonFiniteLogitsError
+    from engine.scoring import letter_masses
+
+    step = decode.Cascade.step
+    spoils = {"nan": lambda row: row.index_fill_(0, torch.tensor([7], device=row.device), float("nan")),
+              "inf": lambda row: row.index_fill_(0, torch.tensor([7], device=row.device), float("inf")),
+              "all -inf": lambda row: row.fill_(float("-inf"))}
+
+    def run(spoil=None, at=None):
+        def poisoned(state, tokens=None):
+            at_step = state.step_index
+            logits = step(state, tokens)
+            if spoil is not None and at_step == at:
+                logits = logits.clone()
+                rows = [r for r, k in enumerate(state.row_prompt[: logits.shape[0]]) if state.prompts[k] == list(prompts[0])]
+                spoil(logits[rows[1]])  # the first prompt's rollout 1 (a budget of 2: it chooses at steps 0 and 1)
+            return logits
+        decode.Cascade.step = poisoned
+        try:
+            return generate(lm.model, prompts[:3], max_new_tokens=[2, 8, 8], stop_ids=frozenset(), n=2, temperature=0.7,
+                            seeds=[3, 4, 5], compact=False, check_every=3, static_shapes=True, pad_id=lm.pad_id)
+        except NonFiniteLogitsError:
+            return "stopped"
+        finally:
+            decode.Cascade.step = step
+
+    clean = run()
+    stopped = {kind: run(spoil, at=1) == "stopped" for kind, spoil in spoils.items()}
+    past_end_kept = run(spoils["nan"], at=2) == clean
+    logits = torch.zeros(2, lm.model.config.vocab_size, device=lm.model.get_input_embeddings().weight.device)
+    logits[1, 5] = float("nan")
+    try:
+        letter_masses(logits, [lm.letters("AB")] * 2, [4, 4], 1.0, 1.0)
+        letters_refused = False
+    except NonFiniteLogitsError:
+        letters_refused = True
+    ok = all(stopped.values()) and past_end_kept and letters_refused
+    return ok, dict(stopped=stopped, nan_past_the_end_kept_the_rollouts=past_end_kept, nan_letters_refused=letters_refused)
+
+
 CHECKS = {"graph_rollouts_equal_dynamic": check_graph_rollouts, "graph_greedy_equals_plain_decoder": check_greedy_plain,
           "graph_rollouts_with_doubling_own_buffers": check_doubling_own_buffers,
           "letters_and_row_cache_rereads_equal_plain": check_letters_and_rereads,
-          "no_host_sync_between_checks": check_no_sync_between_checks, "draw_on_device_equals_running_sum": check_draw_on_device}
+          "no_host_sync_between_checks": check_no_sync_between_checks, "draw_on_device_equals_running_sum": check_draw_on_device,
+          "non_finite_logits_stop_on_device": check_non_finite_logits}
 
 
 def main():

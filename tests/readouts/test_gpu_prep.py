@@ -134,7 +134,7 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     draws = json.loads((tmp_path / "draw_bench.json").read_text())["draws"]
     assert [(d["rows"], d["vocab"]) for d in draws] == [(2, 1500)] and draws[0]["blocks_ms"] > 0
     equal = json.loads((tmp_path / "gpu_equal.json").read_text())  # the graph path's checks, eager on CPU
-    assert len(equal["results"]) == 6 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
+    assert len(equal["results"]) == 7 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
 
     # Without the wheels the same venv is refused in one line naming what it lacks.
     env.update(WHEELS=str(tmp_path / "no-wheels"))
