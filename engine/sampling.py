@@ -64,7 +64,7 @@ def _nucleus_parts(logits: torch.Tensor, temperature: float, top_p: float):
         raise ValueError(f"sampling needs temperature > 0 and top_p in (0, 1], got T={temperature}, top_p={top_p}")
     rows = torch.arange(logits.shape[0], device=logits.device)
     if top_p >= 1.0:
-        yield rows, None, (logits.float() / temperature).softmax(-1)
+        yield rows, None, _whole(logits, temperature)
         return
     scaled = logits.float() / temperature
     logp = scaled.log_softmax(-1)  # one fused pass for the normalizer
@@ -80,6 +80,11 @@ def _nucleus_parts(logits: torch.Tensor, temperature: float, top_p: float):
         yield rows[covered], ids[covered], weights[covered]
         rows = rows[~covered]
         k = min(k * NUCLEUS_WIDEN, vocab)
+
+
+def _whole(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The nucleus at top-p 1: softmax(logits / T) over the whole vocabulary, in fp32."""
+    return (logits.float() / temperature).softmax(-1)
 
 
 def _head(scaled, logp, k: int, top_p: float):
@@ -190,7 +195,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, unifor
     rows, and not on how ties among equally likely tokens happen to be ordered.
     """
     if top_p == 1.0 and temperature > 0:  # the whole vocabulary: one part, every row
-        return _draw(None, (logits.float() / temperature).softmax(-1), uniforms)
+        return _draw(None, _whole(logits, temperature), uniforms)
     out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
     for rows, ids, weights in _nucleus_parts(logits, temperature, top_p):
         out[rows] = _draw(ids, weights, uniforms[rows])
