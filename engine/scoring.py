@@ -108,9 +108,9 @@ def letter_masses(
     bad = [row for row in range(len(letters)) if not all(map(math.isfinite, sums[0][row] + sums[1][row]))]
     if bad:
         raise NonFiniteLogitsError(
-            f"reading letters: the model's next-token logits were NaN or infinite for {len(bad)} of {len(letters)} "
-            f"rows read together (first: row {bad[0]}{f', a prompt of {lengths[bad[0]]} tokens' if lengths[bad[0]] else ''}); "
-            f"its weights, or a dtype too narrow for its activations, put them out of range")
+            f"reading letters: the logits read were NaN or infinite for {len(bad)} of {len(letters)} rows read together "
+            f"(first: row {bad[0]}{f', a prompt of {lengths[bad[0]]} tokens' if lengths[bad[0]] else ''}); the model's "
+            f"weights, or a dtype too narrow for its activations, put them out of range")
     out = []
     for row, (lt, n) in enumerate(zip(letters, lengths)):
         mass, temp = sums[0][row][: len(lt.token_ids)], sums[1][row][: len(lt.token_ids)]

@@ -14,8 +14,9 @@ check before it with the widening draw (the decode state rewinds: the own slots 
 so the tokens are the widening draw's in every case.
 
 Logits that are NaN or infinite at a step where a row chooses its token (a NaN anywhere in the row, an infinity, or
-every token at -inf) stop the batch at the next check with NonFiniteLogitsError: the device keeps the sum of each
-row's largest logit, which is finite until then, and the check reads whether it still is with the rest.
+every token at -inf; a tied row's stop tokens are masked to -inf before) stop the batch at the next check with
+NonFiniteLogitsError: the device keeps the sum of each row's largest logit, which is finite until then, and the check
+reads whether it still is with the rest.
 """
 
 from __future__ import annotations

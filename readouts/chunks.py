@@ -76,8 +76,8 @@ def chunk_loop(rundir, chunks, runner, contracts: Sequence[Table], log, stop_aft
             try:
                 outs = _compute(runner, [chunk for _, chunk in todo])
             except NonFiniteLogitsError as exc:  # said with the chunks it stopped in; those written before are kept
-                which = ", ".join(str(i + 1) for i, _ in todo)
-                raise NonFiniteLogitsError(f"chunk{'s' if len(todo) > 1 else ''} {which} of {len(chunks)}: {exc}") from None
+                which = ", ".join(f"{i + 1}/{len(chunks)}" for i, _ in todo)
+                raise NonFiniteLogitsError(f"chunk{'s' if len(todo) > 1 else ''} {which}: {exc}") from None
             took = time.perf_counter() - t0
             for (i, chunk), out in zip(todo, outs, strict=True):
                 frames = tuple(t.frame(rows) for t, rows in zip(contracts, out, strict=True))

@@ -47,8 +47,8 @@ HOST_OPS = {"graph_outside_forward": 45, "graph_replay": 1, "dynamic_outside_for
             "per_layer": {"olmo3": 67}, "per_layer_default": 55}
 """Kernel launches per decoding step, counted on CPU by bench/host_bench.py (engine/hostcount.py's dispatch
 counter, 32 layers, bench/results/host_bench_graph.md): on the CUDA graph path (the cascade backend) the ops
-outside the forward pass (45: the draw, end-of-row bookkeeping and the check for logits that are not finite, the
-static buffers; at top-p 0.95 and at top-p 1 alike, bench/results/host_bench_top_p1.md) and one replay; on the
+outside the forward pass (45: the draw, end-of-row bookkeeping, the running sum that finds logits that are not
+finite, the static buffers; at top-p 0.95 and at top-p 1 alike, bench/results/host_bench_top_p1.md) and one replay; on the
 dynamic path (the dense fallback) its 56 ops outside the forward and every op of the forward too, 55 per
 Llama-layout layer and 67 per OLMo-3 one ((1798 - 56) / 32 and (2188 - 56) / 32, rounded up). tests/readouts/test_plan.py holds
 these equal to host_bench_graph.json."""

@@ -81,6 +81,18 @@ def test_a_row_past_its_end_is_not_checked(name, monkeypatch):
         _generate(lm, "flash", monkeypatch, **kw)
 
 
+@pytest.mark.parametrize("path", ["static", "dense"])
+def test_the_check_follows_compaction_and_tied_rows(path, monkeypatch):
+    """Prompt 0's rows (a budget of 2) leave the batch at the check after step 1 (on the static path: down to the bucket
+    of 4); prompt 2's rollouts are tied to prompt 1's lengths. A NaN in prompt 2's rollout 1 at step 5 is found among
+    the 4 rows left."""
+    lm = get_model("tiny-llama3")
+    kw = dict(max_new_tokens=[2, 8, 8], temperature=0.7, compact=True, check_every=1, length_of=[None, None, 1])
+    poison(monkeypatch, prompts_for(lm, 3)[2], 1, at=5, spoil=POISONS["nan"])
+    with pytest.raises(NonFiniteLogitsError, match=r"for 1 of 4 rows at a step between 5 and 5 \(first: rollout 1 of"):
+        _generate(lm, path, monkeypatch, **kw)
+
+
 def test_minus_inf_on_some_tokens_is_a_mask_not_an_error(monkeypatch):
     lm = get_model("tiny-qwen2")
     poison(monkeypatch, prompts_for(lm, 3)[1], 0, at=3, spoil=lambda row: row[::2].fill_(float("-inf")))
@@ -103,8 +115,9 @@ def test_letter_masses_refuse_rows_that_are_not_finite():
     e = logits[4, :2].double().exp()
     assert ok[1].mass == pytest.approx(tuple((e / e.sum()).tolist()), abs=1e-7) and math.isclose(ok[1].letter_mass, 1.0, abs_tol=1e-6)
     for row in (1, 2, 3):
-        with pytest.raises(NonFiniteLogitsError, match=r"for 1 of 2 rows read together \(first: row 1, a prompt of 12 tokens\)"):
-            letter_masses(logits[[0, row]], letters[:2], [9, 12], 0.7, 0.9)
+        for temperature, top_p in ((0.7, 0.9), (0.0, 1.0)):  # at T 0 the tempered part is one-hot, finite all the same
+            with pytest.raises(NonFiniteLogitsError, match=r"for 1 of 2 rows read together \(first: row 1, a prompt of 12 tokens\)"):
+                letter_masses(logits[[0, row]], letters[:2], [9, 12], temperature, top_p)
     with pytest.raises(NonFiniteLogitsError, match=r"for 3 of 5 rows .*\(first: row 1\)"):
         letter_masses(logits, letters, [0] * 5, 1.0, 1.0)  # no prompt lengths (the lens reads): the row alone
 
@@ -122,7 +135,8 @@ def test_score_ids_on_a_model_that_overflows(monkeypatch):
         embed.weight[bad] = float("inf")
     try:
         assert score_ids(lm.model, seqs[:2], letters[:2]) == clean
-        with pytest.raises(NonFiniteLogitsError, match=rf"^reading letters: .*first: row \d+, a prompt of {len(seqs[2])} tokens"):
+        with pytest.raises(NonFiniteLogitsError,
+                           match=rf"^reading letters: the logits read were NaN or infinite .*first: row \d+, a prompt of {len(seqs[2])} tokens"):
             score_ids(lm.model, seqs, letters)
     finally:
         with torch.no_grad():

@@ -36,13 +36,13 @@ def test_a_run_that_meets_nan_logits_stops_and_resumes(tmp_path, capsys):
     with nan_embeddings(lambda: True):
         code, _, err = cli(["score", str(probes), "--model", "tiny-qwen2", "--out", str(tmp_path / "s.jsonl")], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert err.startswith("error: reading letters: the model's next-token logits were NaN or infinite for 1 of 1 rows")
+    assert err.startswith("error: reading letters: the logits read were NaN or infinite for 1 of 1 rows")
     assert not (tmp_path / "s.jsonl").exists()
 
     full, _ = run(tmp_path, "full")
     logs = []
     with nan_embeddings(lambda: any(line.startswith("chunk 1/3: computed") for line in logs)):
-        with pytest.raises(NonFiniteLogitsError, match=r"^chunk 2 of 3: reading letters: "):
+        with pytest.raises(NonFiniteLogitsError, match=r"^chunk 2/3: reading letters: "):
             options = RunOptions(model=ModelOptions("tiny-qwen2"), profile="test", out=str(tmp_path / "resumed"), progress=False)
             run_study(GapStudy(), options, log=logs.append)
     resumed, logs = run(tmp_path, "resumed")
