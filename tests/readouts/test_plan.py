@@ -5,6 +5,7 @@ estimate on a named GPU."""
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -186,13 +187,10 @@ def test_the_gpu_bounds_hold_the_keys_and_values_in_half_the_memory_left():
         assert sum(lengths[i] for i in members) + 4 * len(members) * 512 <= limit
 
 
-
 def test_host_ops_are_the_benchmarks_counts():
     """HOST_OPS is bench/results/host_bench_graph.json's counts (rerun the bench when the decode loop changes): the
     graph path's and the dynamic path's ops outside the forward, and the forward's ops per layer of each layout (rounded
     up)."""
-    from pathlib import Path
-
     results = json.loads((Path(__file__).resolve().parents[2] / "bench/results/host_bench_graph.json").read_text())["results"]
     by = {(r["layout"], r["mode"]): r for r in results}
     for layout, per_layer in (("llama-8b-layout", HOST_OPS["per_layer_default"]), ("olmo3-7b-layout", HOST_OPS["per_layer"]["olmo3"])):
@@ -200,6 +198,7 @@ def test_host_ops_are_the_benchmarks_counts():
         assert round(graph["outside_forward_ops_per_step"]) == HOST_OPS["graph_outside_forward"]
         assert round(dynamic["outside_forward_ops_per_step"]) == HOST_OPS["dynamic_outside_forward"]
         assert math.ceil((dynamic["ops_per_step"] - dynamic["outside_forward_ops_per_step"]) / graph["layers"]) == per_layer
+
 
 @pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "smollm2-135m"])
 def test_model_size_from_the_config(name):
