@@ -6,7 +6,8 @@ the request's `seed` where the server honours it). The mass on a set of tokens a
 from the server's top-k logprobs there: a token in the top k is read exactly (up to the server's own
 numerics); a token outside it holds at most min(p_k, unseen), where p_k is the k-th probability and
 `unseen` = 1 - (mass of the top k). A letter none of whose forms is in the top k is never read as zero:
-its mass is NaN and the row says which letters fell outside.
+its mass is NaN and the row says which letters fell outside. A position where every logprob sent is null, NaN
+or +inf (the model's logits were NaN or infinite) is refused, never read (`unreadable_position`).
 
 A read position after given text (the continuous NSI read after '{"decision": "', a forced "Answer:") is a
 request whose last message is the assistant's own text, which the server continues (assistant prefill:
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from engine.errors import NonFiniteLogitsError
 from engine.served_client import Client, ClientSettings, ReplyCache, ServedError
 
 PREFIX = "openai:"
@@ -86,13 +88,39 @@ class Reply:
     fingerprint: str | None
 
 
+def _readable(logprob) -> bool:
+    """Whether a logprob the server sent is a number a probability can be read from: not null (vLLM sends a NaN
+    as null, and the llama.cpp server a log of 0), not NaN, not +inf; -inf is a probability of 0."""
+    return isinstance(logprob, (int, float)) and not math.isnan(logprob) and logprob != math.inf
+
+
+def _positions(raw: dict) -> list:
+    """The logprobs entries of a raw reply's first choice, one per generated token."""
+    choice = (raw.get("choices") or [{}])[0]
+    return (choice.get("logprobs") or {}).get("content") or []
+
+
+def unreadable_position(raw: dict) -> int | None:
+    """The first generated token at which every logprob the server sent (the token's own and its top-k
+    alternatives') is null, NaN or +inf, or None. Logits with a NaN or an infinity make the whole softmax NaN, so
+    such a position is what a served model's broken logits look like; a single unreadable alternative beside
+    readable ones is a token of probability 0 (the llama.cpp server writes its log as null) and is left out."""
+    for i, t in enumerate(_positions(raw)):
+        sent = [a["logprob"] for a in (t.get("top_logprobs") or []) if "logprob" in a]
+        if "logprob" in t:
+            sent.append(t["logprob"])
+        if sent and not any(_readable(x) for x in sent):
+            return i
+    return None
+
+
 def _reply(raw: dict) -> Reply:
     choice = (raw.get("choices") or [{}])[0]
     content = (choice.get("message") or {}).get("content")
     tokens = []
-    for t in ((choice.get("logprobs") or {}).get("content") or []):
+    for t in _positions(raw):
         top = tuple((str(a.get("token", "")), math.exp(float(a["logprob"]))) for a in (t.get("top_logprobs") or [])
-                    if a.get("logprob") is not None)
+                    if _readable(a.get("logprob")))
         tokens.append(Token(str(t.get("token", "")), tuple(sorted(top, key=lambda x: -x[1]))))
     usage = raw.get("usage") or {}
     return Reply(text=content if isinstance(content, str) else "", finish_reason=choice.get("finish_reason"),
@@ -104,6 +132,11 @@ def _has_logprobs(raw: dict) -> bool:
     """Whether a raw reply carries top-k logprobs at its first token (only such replies to reads are cached)."""
     r = _reply(raw)
     return bool(r.tokens and r.tokens[0].top)
+
+
+def _finite_and(accept):
+    """An `accept` for Client.chat that also refuses a reply with a position of unreadable logprobs."""
+    return lambda raw: unreadable_position(raw) is None and (accept is None or accept(raw))
 
 
 @dataclass(frozen=True)
@@ -200,8 +233,13 @@ class ServedModel:
         return body
 
     def complete(self, items: Sequence[tuple[dict, int]], on_done=None, accept=None) -> list[Reply]:
-        """Replies to (body, sample index) pairs, from the cache or the endpoint (`accept`: Client.chat's)."""
-        replies = [_reply(r) for r in self.client.chat_many(items, on_done, accept)]
+        """Replies to (body, sample index) pairs, from the cache or the endpoint (`accept`: Client.chat's).
+        NonFiniteLogitsError when a reply's logprobs say the model's logits were NaN or infinite
+        (`unreadable_position`), once every request is answered: that reply is never cached, the others are."""
+        raws = self.client.chat_many(items, on_done, _finite_and(accept))
+        for raw, (body, sample) in zip(raws, items):
+            self._refuse_unreadable(raw, body, sample)
+        replies = [_reply(r) for r in raws]
         for r in replies:
             if r.served_id:
                 self.served_ids.add(r.served_id)
@@ -226,12 +264,26 @@ class ServedModel:
                                   "position; this readout needs a server that returns logprobs")
         return replies
 
+    def _refuse_unreadable(self, raw: dict, body: dict, sample: int) -> None:
+        """NonFiniteLogitsError (one line) when `raw` holds a position of unreadable logprobs."""
+        i = unreadable_position(raw)
+        if i is None:
+            return
+        last = " ".join(str(((body.get("messages") or [{}])[-1]).get("content", "")).split())
+        raise NonFiniteLogitsError(
+            f"{self.spec.url}: model {self.spec.name!r} sent logprobs that are all null, NaN or +inf at generated token "
+            f"{i + 1} of {len(_positions(raw))} (sample {sample}, last message {last[:40]!r}): the served model's logits "
+            "there were NaN or infinite (its weights, or a dtype too narrow for its activations); that reply is not "
+            "cached, the others are: the same command resumes once the server is fixed")
+
     # -- capability and provenance -----------------------------------------------------------------
     def check_logprobs(self) -> None:
         """Before a run's requests: one request (cached like any other) asking for top-k logprobs; ServedError (one line)
         when the server returns none, so readouts that need them are refused before any of their requests."""
         body = self.body([{"role": "user", "content": "Say A."}], max_tokens=1, temperature=0.0, logprobs=True)
-        r = _reply(self.client.chat(body, 0, accept=_has_logprobs))
+        raw = self.client.chat(body, 0, accept=_finite_and(_has_logprobs))
+        self._refuse_unreadable(raw, body, 0)
+        r = _reply(raw)
         if r.served_id:
             self.served_ids.add(r.served_id)
         if not r.tokens or not r.tokens[0].top:

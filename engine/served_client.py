@@ -139,10 +139,10 @@ class Client:
 
     def chat(self, body: dict, sample: int, accept=None) -> dict:
         """The reply to one chat-completion body, from the cache when it holds it. A reply `accept(reply)`
-        refuses is returned but not cached (a rerun asks again)."""
+        refuses is returned but not cached (a rerun asks again), and a cached one it refuses is asked for again."""
         key = cache_key(self.model, self.url, body, sample)
         hit = self.cache.get(key)
-        if hit is not None:
+        if hit is not None and (accept is None or accept(hit)):
             with self._lock:
                 self.cached += 1
             return hit

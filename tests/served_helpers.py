@@ -131,7 +131,8 @@ class FaultProxy:
     """A loopback HTTP proxy in front of an upstream server. It counts every chat request it forwards (by
     body), and, per request, may answer a fault instead: `fail` maps a 1-based request number to an HTTP
     status; `garble(body) -> bool` marks requests whose reply content is replaced by text no parser reads;
-    `down` drops connections without a reply; `strip_logprobs` removes the replies' logprobs; `stall_after` N holds request N+1 onwards
+    `down` drops connections without a reply; `strip_logprobs` removes the replies' logprobs; `null_logprobs(body) -> bool`
+    marks requests whose reply has every logprob set to null (as vLLM writes a NaN); `stall_after` N holds request N+1 onwards
     without forwarding until `release` is set."""
 
     def __init__(self, upstream_port: int):
@@ -144,6 +145,7 @@ class FaultProxy:
         self.garble = None
         self.down = False
         self.strip_logprobs = False
+        self.null_logprobs = None
         self.stall_after: int | None = None
         self.release = threading.Event()
         self.stalled = threading.Event()
@@ -208,6 +210,14 @@ class FaultProxy:
                     if proxy.garble is not None and proxy.garble(json.loads(raw)):
                         reply = json.loads(data)
                         reply["choices"][0]["message"]["content"] = "Sure! I think the answer is probably yes, maybe."
+                        data = json.dumps(reply).encode()
+                    if proxy.null_logprobs is not None and proxy.null_logprobs(json.loads(raw)):  # a model's NaN logits
+                        reply = json.loads(data)
+                        for choice in reply.get("choices", []):
+                            for t in (choice.get("logprobs") or {}).get("content") or []:
+                                t["logprob"] = None
+                                for a in t.get("top_logprobs") or []:
+                                    a["logprob"] = None
                         data = json.dumps(reply).encode()
                     if proxy.strip_logprobs:  # a server that ignores logprobs (transformers serve, some APIs)
                         reply = json.loads(data)

@@ -173,6 +173,33 @@ def test_server_without_logprobs_is_refused_before_any_run_request(server, proxy
     assert proxy.chat_forwarded() == 1  # the capability check only
 
 
+def test_a_read_from_nan_logits_stops_the_run_in_one_line_and_it_resumes(server, proxy, tmp_path, readout):
+    """One D read's reply comes back with every logprob null (vLLM's NaN): the run stops naming it and the chunk,
+    caches every other reply, and the same command, the server fixed, sends only that read again."""
+    picked = {}
+
+    def one_read(body):
+        if body["max_tokens"] != 1 or body["messages"][-1]["content"] == "Say A.":  # not the capability check
+            return False
+        key = json.dumps(body, sort_keys=True)
+        return picked.setdefault("key", key) == key
+
+    proxy.null_logprobs = one_read
+    args = ["run", *served_args(proxy, tmp_path), "--readouts", "D", "--limit", "2", "--set", "orders.D=2"]
+    res = readout(args)
+    assert res.exit_code == 2, res.output
+    assert len(res.err.strip().splitlines()) == 1 and "chunk 1/1: " in res.err, res.err
+    assert "null, NaN or +inf at generated token 1 of 1" in res.err and "the same command resumes" in res.err
+    assert not (tmp_path / "run" / "probes.parquet").exists()
+    sent = proxy.chat_forwarded()
+    proxy.null_logprobs = None
+    res = readout(args)
+    assert res.exit_code == 0, res.output
+    assert proxy.chat_forwarded() == sent + 1, "only the refused read is asked again"
+    probes = pd.read_parquet(tmp_path / "run" / "probes.parquet")
+    assert len(probes) == 2 * 2 * 2 and probes.p_violating.between(0, 1).all()
+
+
 def test_gap_quick_run_reads_like_a_local_run(server, proxy, tmp_path, readout):
     res = readout(["run", *served_args(proxy, tmp_path), "--readouts", "D,J", "--limit", "2",
                    "--set", "j_samples=1", "--set", "j_budget=32", "--set", "orders.D=2"])
