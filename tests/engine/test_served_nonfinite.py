@@ -6,14 +6,13 @@ so the same command resumes. On loopback servers this test starts (no model serv
 
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from engine.errors import NonFiniteLogitsError
 from engine.served import ServedModel, ServedSpec, _reply, unreadable_position
 from engine.served_client import ClientSettings, ReplyCache, cache_key
+from tests.served_helpers import CannedServer
 
 FAST = ClientSettings(concurrency=2, retries=1, backoff=0.01, timeout=10)
 NULL, NAN, INF = None, math.nan, math.inf
@@ -60,29 +59,19 @@ def upstream():
     (while `state["broken"]` holds), and `state["sent"]` counts the requests."""
     state = {"broken": True, "bad": None, "sent": 0}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    def answer(body, headers):
+        state["sent"] += 1
+        broken = state["broken"] and "BROKEN" in body["messages"][-1]["content"]
+        x = (lambda v: state["bad"]) if broken else (lambda v: v)
+        n = body["max_tokens"]
+        pos = [position("A", x(math.log(0.6)), [("A", x(math.log(0.6))), ("B", x(math.log(0.3)))]) for _ in range(n)]
+        if broken and n > 1:  # a generation whose logits turn NaN at its third token
+            pos[:2] = [GOOD, GOOD]
+        return json.dumps(raw(*pos, text="A" * n)).encode()  # json writes a NaN or an inf as NaN / Infinity
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            state["sent"] += 1
-            broken = state["broken"] and "BROKEN" in body["messages"][-1]["content"]
-            x = (lambda v: state["bad"]) if broken else (lambda v: v)
-            n = body["max_tokens"]
-            pos = [position("A", x(math.log(0.6)), [("A", x(math.log(0.6))), ("B", x(math.log(0.3)))]) for _ in range(n)]
-            if broken and n > 1:  # a generation whose logits turn NaN at its third token
-                pos[:2] = [GOOD, GOOD]
-            data = json.dumps(raw(*pos, text="A" * n)).encode()  # json writes a NaN or an inf as NaN / Infinity
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", state
-    httpd.shutdown()
+    server = CannedServer(answer)
+    yield f"http://127.0.0.1:{server.port}/v1", state
+    server.close()
 
 
 def served(url, cache):
