@@ -6,8 +6,9 @@ the request's `seed` where the server honours it). The mass on a set of tokens a
 from the server's top-k logprobs there: a token in the top k is read exactly (up to the server's own
 numerics); a token outside it holds at most min(p_k, unseen), where p_k is the k-th probability and
 `unseen` = 1 - (mass of the top k). A letter none of whose forms is in the top k is never read as zero:
-its mass is NaN and the row says which letters fell outside. A position where every logprob sent is null, NaN
-or +inf (the model's logits were NaN or infinite) is refused, never read (`unreadable_position`).
+its mass is NaN and the row says which letters fell outside. A position whose logprobs no softmax gives (a NaN,
+a value above 0, or every one null: the model's logits were NaN or infinite) is refused, never read
+(`unreadable_position`).
 
 A read position after given text (the continuous NSI read after '{"decision": "', a forced "Answer:") is a
 request whose last message is the assistant's own text, which the server continues (assistant prefill:
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -88,10 +90,18 @@ class Reply:
     fingerprint: str | None
 
 
+LOGPROB_ROUNDING = 1e-3
+"""How far above 0 a logprob the server sends may stand and still be read as a probability (rounding near p = 1)."""
+
+
+def _number(logprob) -> bool:
+    return isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
+
+
 def _readable(logprob) -> bool:
-    """Whether a logprob the server sent is a number a probability can be read from: not null (vLLM sends a NaN
-    as null, and the llama.cpp server a log of 0), not NaN, not +inf; -inf is a probability of 0."""
-    return isinstance(logprob, (int, float)) and not math.isnan(logprob) and logprob != math.inf
+    """Whether a logprob the server sent is a number a probability can be read from: not null, not NaN, not above 0
+    beyond rounding (+inf included); -inf is a probability of 0."""
+    return _number(logprob) and not math.isnan(logprob) and logprob <= LOGPROB_ROUNDING
 
 
 def _positions(raw: dict) -> list:
@@ -101,15 +111,17 @@ def _positions(raw: dict) -> list:
 
 
 def unreadable_position(raw: dict) -> int | None:
-    """The first generated token at which every logprob the server sent (the token's own and its top-k
-    alternatives') is null, NaN or +inf, or None. Logits with a NaN or an infinity make the whole softmax NaN, so
-    such a position is what a served model's broken logits look like; a single unreadable alternative beside
-    readable ones is a token of probability 0 (the llama.cpp server writes its log as null) and is left out."""
+    """The first generated token at which the logprobs the server sent (the token's own and its top-k
+    alternatives') cannot come from a softmax, or None: one of them is NaN, above 0 or not a number, or every one is
+    null. Logits with a NaN or an infinity make the whole softmax NaN, which vLLM sends as null (JSON has no NaN) and
+    other servers as NaN; a null beside a readable number is a token of probability 0 (the llama.cpp server writes
+    log 0 as null) and is left out of the top k."""
     for i, t in enumerate(_positions(raw)):
         sent = [a["logprob"] for a in (t.get("top_logprobs") or []) if "logprob" in a]
         if "logprob" in t:
             sent.append(t["logprob"])
-        if sent and not any(_readable(x) for x in sent):
+        given = [x for x in sent if x is not None]
+        if (sent and not given) or not all(_readable(x) for x in given):
             return i
     return None
 
@@ -128,15 +140,13 @@ def _reply(raw: dict) -> Reply:
                  tokens=tuple(tokens), served_id=raw.get("model"), fingerprint=raw.get("system_fingerprint"))
 
 
-def _has_logprobs(raw: dict) -> bool:
-    """Whether a raw reply carries top-k logprobs at its first token (only such replies to reads are cached)."""
+def usable(raw: dict, read: bool = False) -> bool:
+    """Whether a raw reply is kept (cached, or taken from the cache): no position of unreadable logprobs
+    (`unreadable_position`), and for a read, top-k logprobs at its first token."""
+    if unreadable_position(raw) is not None:
+        return False
     r = _reply(raw)
-    return bool(r.tokens and r.tokens[0].top)
-
-
-def _finite_and(accept):
-    """An `accept` for Client.chat that also refuses a reply with a position of unreadable logprobs."""
-    return lambda raw: unreadable_position(raw) is None and (accept is None or accept(raw))
+    return not read or bool(r.tokens and r.tokens[0].top)
 
 
 @dataclass(frozen=True)
@@ -232,11 +242,11 @@ class ServedModel:
             body["top_logprobs"] = int(self.spec.top_logprobs)
         return body
 
-    def complete(self, items: Sequence[tuple[dict, int]], on_done=None, accept=None) -> list[Reply]:
-        """Replies to (body, sample index) pairs, from the cache or the endpoint (`accept`: Client.chat's).
+    def complete(self, items: Sequence[tuple[dict, int]], on_done=None, read: bool = False) -> list[Reply]:
+        """Replies to (body, sample index) pairs, from the cache or the endpoint; only `usable` ones are cached.
         NonFiniteLogitsError when a reply's logprobs say the model's logits were NaN or infinite
         (`unreadable_position`), once every request is answered: that reply is never cached, the others are."""
-        raws = self.client.chat_many(items, on_done, _finite_and(accept))
+        raws = self.client.chat_many(items, on_done, partial(usable, read=read))
         for raw, (body, sample) in zip(raws, items):
             self._refuse_unreadable(raw, body, sample)
         replies = [_reply(r) for r in raws]
@@ -257,7 +267,7 @@ class ServedModel:
 
     def read(self, reads: Sequence[tuple[Sequence[dict], str | None]], on_done=None) -> list[Reply]:
         """Top-k at the next token after each (messages, prefill); ServedError if a reply carries no logprobs."""
-        replies = self.complete([(self.read_bodies(m, p), 0) for m, p in reads], on_done, accept=_has_logprobs)
+        replies = self.complete([(self.read_bodies(m, p), 0) for m, p in reads], on_done, read=True)
         for r in replies:
             if not r.tokens or not r.tokens[0].top:
                 raise ServedError(f"{self.spec.url}: model {self.spec.name!r} returned no top_logprobs at a read "
@@ -271,7 +281,7 @@ class ServedModel:
             return
         last = " ".join(str(((body.get("messages") or [{}])[-1]).get("content", "")).split())
         raise NonFiniteLogitsError(
-            f"{self.spec.url}: model {self.spec.name!r} sent logprobs that are all null, NaN or +inf at generated token "
+            f"{self.spec.url}: model {self.spec.name!r} sent logprobs no softmax gives (NaN, above 0, or all null) at generated token "
             f"{i + 1} of {len(_positions(raw))} (sample {sample}, last message {last[:40]!r}): the served model's logits "
             "there were NaN or infinite (its weights, or a dtype too narrow for its activations); that reply is not "
             "cached, the others are: the same command resumes once the server is fixed")
@@ -281,7 +291,7 @@ class ServedModel:
         """Before a run's requests: one request (cached like any other) asking for top-k logprobs; ServedError (one line)
         when the server returns none, so readouts that need them are refused before any of their requests."""
         body = self.body([{"role": "user", "content": "Say A."}], max_tokens=1, temperature=0.0, logprobs=True)
-        raw = self.client.chat(body, 0, accept=_finite_and(_has_logprobs))
+        raw = self.client.chat(body, 0, accept=partial(usable, read=True))
         self._refuse_unreadable(raw, body, 0)
         r = _reply(raw)
         if r.served_id:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from engine.served import Reply, ServedModel, Token
+from engine.served import Reply, ServedModel, Token, usable
 from engine.served_client import cache_key
 from readouts.show import plural
 
@@ -40,7 +40,8 @@ class _Recorder(ServedModel):
             tally.prompt_chars += sum(len(m.get("content") or "") for m in body["messages"])
             tally.prompt_chars += len(json.dumps(body["messages"])) // 20  # role markers and template overhead
             tally.completion_max += body["max_tokens"]
-            if self.client.cache.get(cache_key(self.spec.name, self.spec.url, body, sample)) is not None:
+            hit = self.client.cache.get(cache_key(self.spec.name, self.spec.url, body, sample))
+            if hit is not None and usable(hit, read=tally is self.reads):  # what the run would take from the cache
                 tally.cached += 1
 
     def complete(self, items, on_done=None):

@@ -1,8 +1,9 @@
-"""A served model whose logits were NaN or infinite: its logprobs come back null (vLLM writes a NaN as null), NaN or
-+inf at every number of a position, and the read is refused in one line instead of being written as NaN masses or
-as letters "outside the top k". A lone null beside readable numbers is a token of probability 0 (the llama.cpp
-server writes log 0 as null) and is left out. The refused reply is never cached; every other reply of the batch is,
-so the same command resumes. On loopback servers this test starts (no model server needed)."""
+"""A served model whose logits were NaN or infinite: its logprobs at a position come back all null (vLLM writes a NaN
+as null) or NaN, and the read is refused in one line instead of being written as NaN masses or as letters "outside
+the top k"; so is any logprob no softmax gives (NaN, above 0). A null beside readable numbers is a token of
+probability 0 (the llama.cpp server writes log 0 as null) and is left out. The refused reply is never cached; every
+other reply of the batch is, so the same command resumes. On loopback servers this test starts (no model server
+needed)."""
 
 import json
 import math
@@ -39,13 +40,22 @@ def test_a_position_with_no_readable_number_is_found(bad):
     assert unreadable_position(raw(GOOD, GOOD)) is None
 
 
-def test_one_unreadable_alternative_is_a_probability_of_zero_and_left_out():
-    # The token's own logprob and one alternative are readable: the null is llama.cpp's log 0, not broken logits.
-    lone = position("A", math.log(0.7), [("A", math.log(0.7)), ("B", NULL), ("C", NAN), ("D", -math.inf)])
-    assert unreadable_position(raw(lone)) is None
-    top = _reply(raw(lone)).tokens[0].top
+def test_a_null_beside_readable_numbers_is_a_probability_of_zero_and_left_out():
+    # The token's own logprob and two alternatives are readable: the nulls are llama.cpp's log 0, not broken logits.
+    zeros = position("A", math.log(0.7), [("A", math.log(0.7)), ("B", NULL), ("C", NULL), ("D", -math.inf)])
+    assert unreadable_position(raw(zeros)) is None
+    top = _reply(raw(zeros)).tokens[0].top
     assert [t for t, _ in top] == ["A", "D"] and top[0][1] == pytest.approx(0.7) and top[1][1] == 0.0
-    assert not any(math.isnan(p) for _, p in top), "a NaN must never reach a letter's mass"
+    # Rounding just above 0 at p = 1 is read (as p slightly above 1), not refused.
+    assert unreadable_position(raw(position("A", 1e-7, [("A", 1e-7)]))) is None
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, 0.5, True, "-0.1"])
+def test_a_logprob_no_softmax_gives_is_refused_even_beside_readable_ones(bad):
+    # Only null has a meaning beside readable numbers (log 0); a NaN, a log-probability above 0, or what is not a
+    # number is a server's or a model's fault, never a smaller letter mass.
+    odd = position("A", math.log(0.7), [("A", math.log(0.7)), ("B", bad), ("C", math.log(0.1))])
+    assert unreadable_position(raw(GOOD, odd)) == 1
 
 
 def test_a_reply_without_logprobs_is_not_broken():
@@ -90,7 +100,7 @@ def test_a_broken_read_stops_in_one_line_and_the_others_are_cached(upstream, tmp
     with pytest.raises(NonFiniteLogitsError) as exc:
         served(url, tmp_path).read(asked)
     msg = str(exc.value)
-    assert "\n" not in msg and "'canned'" in msg and "null, NaN or +inf at generated token 1 of 1" in msg
+    assert "\n" not in msg and "'canned'" in msg and "(NaN, above 0, or all null) at generated token 1 of 1" in msg
     assert "sample 0" in msg and "'Pick one: BROKEN case here'" in msg and "the same command resumes" in msg
     assert state["sent"] == 4
     assert len(list(tmp_path.rglob("*.json"))) == 3, "every reply but the broken one is cached"
@@ -120,6 +130,23 @@ def test_a_broken_reply_in_the_cache_is_asked_for_again(upstream, tmp_path):
     (reply,) = sm.read(reads("Pick a letter."))
     assert sm.client.sent == 1 and dict(reply.tokens[0].top)["A"] == pytest.approx(0.6)
     assert unreadable_position(ReplyCache(tmp_path).get(cache_key("canned", url, body, 0))) is None
+
+
+def test_a_read_without_logprobs_is_not_cached_and_a_cached_one_is_asked_again(upstream, tmp_path):
+    # A server that dropped logprobs once (or an older cache that kept such a reply) must not pin a run to it.
+    url, state = upstream
+    sm = served(url, tmp_path)
+    body = sm.read_bodies(reads("Pick a letter.")[0][0])
+    key = cache_key("canned", url, body, 0)
+    bare = {"model": "canned-1", "choices": [{"message": {"content": "A"}, "finish_reason": "stop"}]}
+    ReplyCache(tmp_path).put(key, body, bare)
+    (reply,) = sm.read(reads("Pick a letter."))
+    assert sm.client.sent == 1 and dict(reply.tokens[0].top)["A"] == pytest.approx(0.6)
+    assert ReplyCache(tmp_path).get(key) != bare
+    # A generation (not a read) without logprobs is kept as it is.
+    gen = sm.body([{"role": "user", "content": "Reason."}], max_tokens=3, temperature=0.7, seed=1)
+    ReplyCache(tmp_path).put(cache_key("canned", url, gen, 1), gen, bare)
+    assert sm.complete([(gen, 1)])[0].text == "A" and sm.client.sent == 1
 
 
 def test_the_capability_check_says_broken_logits_not_missing_logprobs(upstream, tmp_path, monkeypatch):

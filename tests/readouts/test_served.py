@@ -189,7 +189,7 @@ def test_a_read_from_nan_logits_stops_the_run_in_one_line_and_it_resumes(server,
     res = readout(args)
     assert res.exit_code == 2, res.output
     assert len(res.err.strip().splitlines()) == 1 and "chunk 1/1: " in res.err, res.err
-    assert "null, NaN or +inf at generated token 1 of 1" in res.err and "the same command resumes" in res.err
+    assert "(NaN, above 0, or all null) at generated token 1 of 1" in res.err and "the same command resumes" in res.err
     assert not (tmp_path / "run" / "probes.parquet").exists()
     sent = proxy.chat_forwarded()
     proxy.null_logprobs = None

@@ -36,11 +36,21 @@ def test_plan_counts_what_the_cache_holds(tmp_path, capsys):
     body = sm.body(render_polarity(d, "F0").messages, max_tokens=50, temperature=0.0, top_p=1.0,
                    seed=derive_seed(42, d.id, "F0", 0))
     from engine.served_client import cache_key
+    from readouts.nsi.study import DECISION_PREFIX
 
     sm.client.cache.put(cache_key("m", NOWHERE, body, 0), body, {"choices": []})
+    # Replies a run would not take from the cache (it asks again) are not counted: a generation whose logprobs are
+    # all null (a model's NaN logits), and a read without logprobs.
+    other = sm.body(render_polarity(d, "F1").messages, max_tokens=50, temperature=0.0, top_p=1.0,
+                    seed=derive_seed(42, d.id, "F1", 0))
+    null = {"token": "A", "logprob": None, "top_logprobs": [{"token": "A", "logprob": None}]}
+    sm.client.cache.put(cache_key("m", NOWHERE, other, 0), other, {"choices": [{"logprobs": {"content": [null]}}]})
+    read = sm.read_bodies(render_polarity(d, "F0").messages, DECISION_PREFIX)
+    sm.client.cache.put(cache_key("m", NOWHERE, read, 0), read, {"choices": [{"message": {"content": "agree"}}]})
     out = plan(["nsi", "--model", f"openai:m@{NOWHERE}", "--limit", "1", "--set", "samples=0", "--set", "budget=50",
                 "--served-cache", str(tmp_path), "--plan"], capsys)
     assert "generation requests: 4 (1 already in the cache)" in out
+    assert "read requests: 4 (0 already in the cache)" in out
     assert "total: 8 requests, 7 to send" in out
 
 
