@@ -283,8 +283,8 @@ class ServedModel:
         raise NonFiniteLogitsError(
             f"{self.spec.url}: model {self.spec.name!r} sent logprobs no softmax gives (NaN, above 0, or all null) at generated token "
             f"{i + 1} of {len(_positions(raw))} (sample {sample}, last message {last[:40]!r}): the served model's logits "
-            "there were NaN or infinite (its weights, or a dtype too narrow for its activations); that reply is not "
-            "cached, the others are: the same command resumes once the server is fixed")
+            "there were NaN or infinite (its weights, or a dtype too narrow for its activations), or the server wrote "
+            "them wrongly; that reply is not cached, the others are: the same command resumes once the server is fixed")
 
     # -- capability and provenance -----------------------------------------------------------------
     def check_logprobs(self) -> None:
