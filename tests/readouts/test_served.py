@@ -4,7 +4,8 @@ No request goes anywhere else.
 
 The NSI and gap J quick runs write tables that `nsi-stats` / `stats` read like a local run's; a killed run
 resumes without re-sending a request; a stopped server ends the run in one line and a later run resumes;
-injected 429/500 are retried; a malformed reply is a parse failure; a server without logprobs is refused.
+injected 429/500 are retried; a malformed reply is a parse failure; a server without logprobs is refused; a read
+whose logprobs come back null (vLLM's NaN) stops the run in one line and the same command resumes.
 """
 
 import json
