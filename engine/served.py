@@ -94,14 +94,11 @@ LOGPROB_ROUNDING = 1e-3
 """How far above 0 a logprob the server sends may stand and still be read as a probability (rounding near p = 1)."""
 
 
-def _number(logprob) -> bool:
-    return isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
-
-
 def _readable(logprob) -> bool:
     """Whether a logprob the server sent is a number a probability can be read from: not null, not NaN, not above 0
     beyond rounding (+inf included); -inf is a probability of 0."""
-    return _number(logprob) and not math.isnan(logprob) and logprob <= LOGPROB_ROUNDING
+    return (isinstance(logprob, (int, float)) and not isinstance(logprob, bool) and not math.isnan(logprob)
+            and logprob <= LOGPROB_ROUNDING)
 
 
 def _positions(raw: dict) -> list:
