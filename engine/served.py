@@ -96,9 +96,15 @@ LOGPROB_ROUNDING = 1e-3
 
 def _readable(logprob) -> bool:
     """Whether a logprob the server sent is a number a probability can be read from: not null, not NaN, not above 0
-    beyond rounding (+inf included); -inf is a probability of 0."""
-    return (isinstance(logprob, (int, float)) and not isinstance(logprob, bool) and not math.isnan(logprob)
-            and logprob <= LOGPROB_ROUNDING)
+    beyond rounding (+inf included); -inf is a probability of 0. A JSON integer is never NaN and is compared exactly,
+    however many digits it has (one past a float's range raises nothing here)."""
+    return (isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
+            and (isinstance(logprob, int) or not math.isnan(logprob)) and logprob <= LOGPROB_ROUNDING)
+
+
+LOGPROB_FLOOR = -1e4
+"""Below this a logprob is a probability of exactly 0 in float64 (exp underflows past about -745); clamping to it
+first keeps a JSON integer too large for a float from overflowing the conversion."""
 
 
 def _positions(raw: dict) -> list:
@@ -128,8 +134,8 @@ def _reply(raw: dict) -> Reply:
     content = (choice.get("message") or {}).get("content")
     tokens = []
     for t in _positions(raw):
-        top = tuple((str(a.get("token", "")), math.exp(float(a["logprob"]))) for a in (t.get("top_logprobs") or [])
-                    if _readable(a.get("logprob")))
+        top = tuple((str(a.get("token", "")), math.exp(max(a["logprob"], LOGPROB_FLOOR)))
+                    for a in (t.get("top_logprobs") or []) if _readable(a.get("logprob")))
         tokens.append(Token(str(t.get("token", "")), tuple(sorted(top, key=lambda x: -x[1]))))
     usage = raw.get("usage") or {}
     return Reply(text=content if isinstance(content, str) else "", finish_reason=choice.get("finish_reason"),

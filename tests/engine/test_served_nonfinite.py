@@ -58,6 +58,19 @@ def test_a_logprob_no_softmax_gives_is_refused_even_beside_readable_ones(bad):
     assert unreadable_position(raw(GOOD, odd)) == 1
 
 
+def test_a_json_integer_past_a_floats_range_is_read_not_raised():
+    # JSON has integers of any length and json.loads keeps them exact: one far below 0 is a probability of 0, one far
+    # above 0 is refused like any logprob above 0; neither may raise OverflowError on the way to a float.
+    huge = "1" + "0" * 400
+    text = json.dumps(raw(position("A", math.log(0.6), [("A", math.log(0.6)), ("B", 0), ("C", 0)])))
+    low = json.loads(text.replace('"B", "logprob": 0', f'"B", "logprob": -{huge}'))
+    assert unreadable_position(low) is None
+    assert dict(_reply(low).tokens[0].top)["B"] == 0.0
+    high = json.loads(text.replace('"C", "logprob": 0', f'"C", "logprob": {huge}'))
+    assert isinstance(high["choices"][0]["logprobs"]["content"][0]["top_logprobs"][2]["logprob"], int)
+    assert unreadable_position(high) == 0
+
+
 def test_a_reply_without_logprobs_is_not_broken():
     assert unreadable_position({"choices": [{"message": {"content": "hi"}}]}) is None
     assert unreadable_position(raw({"token": "A", "top_logprobs": []})) is None
