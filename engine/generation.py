@@ -99,7 +99,8 @@ def generate(
     With `greedy_first`, rollout 0 is greedy and the others sample at `temperature`/`top_p`; otherwise all
     rollouts sample (or all are greedy when temperature is 0). `seeds[i]` seeds prompt i's rollouts: rollout j
     draws its step-t token from the t-th uniform of a counter-based stream keyed by derive_seed(seeds[i], j),
-    so it is the same whatever else shares its batch.
+    so it is the same whatever else shares its batch (up to a draw that lands within the rounding of differently
+    shaped batches of a token's edge: docs/tables.md, "Seeds of generated rollouts").
     `token_budget` bounds padded prompt tokens per prefill forward pass; `max_rows` bounds rows decoded together.
     `on_batch(k)` is called with the number of prompts finished after each batch (for progress bars).
     `prefix_kv`, if given a dict, receives each prompt's keys/values ({prompt tuple: [(k, v) per layer]}), so
