@@ -61,9 +61,9 @@ def readout(capsys, monkeypatch):
     return call
 
 
-def served_args(proxy, tmp_path, *extra, name="run", cache="cache"):
+def served_args(proxy, tmp_path, *extra, name="run", cache="cache", retries=2):
     return ["--model", f"openai:{SERVED_NAME}@{proxy.url}", "--api-key-env", "SERVED_TEST_KEY", "--out", str(tmp_path / name),
-            "--served-cache", str(tmp_path / cache), "--no-progress", "--retries", "2", "--backoff", "0.05", *extra]
+            "--served-cache", str(tmp_path / cache), "--no-progress", "--retries", str(retries), "--backoff", "0.05", *extra]
 
 
 def test_nsi_quick_run_reads_like_a_local_run_and_a_rerun_reads_the_cache(server, proxy, tmp_path, readout):
@@ -150,7 +150,9 @@ def test_server_stopped_mid_run_stops_in_one_line_and_resumes(server, proxy, tmp
 
 def test_injected_429_and_500_are_retried(server, proxy, tmp_path, readout):
     proxy.fail = {2: 429, 3: 500, 7: 503}
-    res = readout(["nsi", *served_args(proxy, tmp_path), "--limit", "1", "--set", "samples=0", "--set", "budget=24"])
+    # Four tries: which request meets which fault depends on the concurrent requests' timing, and one request may
+    # meet all three (requests 2 and 3, then 7 after its backoff); three tries would then be spent.
+    res = readout(["nsi", *served_args(proxy, tmp_path, retries=3), "--limit", "1", "--set", "samples=0", "--set", "budget=24"])
     assert res.exit_code == 0, res.output
     assert proxy.received == proxy.chat_forwarded() + 3
     assert len(pd.read_parquet(tmp_path / "run" / "nsi_replies.parquet")) == 4
