@@ -2,7 +2,7 @@
 and small scoring batches, the sampled J and dose rollouts are the same texts and every read the same
 number (within float rounding of differently shaped batches) as with the default bounds.
 
-Differently shaped batches round the logits differently (about 1e-7 of a probability here), so a draw whose uniform
+Differently shaped batches round the logits differently (a few 1e-7 of a probability here), so a draw whose uniform
 lands that close to the edge between two tokens may take the neighbour, and the rollout goes on from there on other
 text (inverse-CDF sampling is exact, not immune to rounding). The test watches every draw and lets a rollout differ
 only where its first differing draw lay within TIE of an edge in both runs; every other draw, text and read must
