@@ -148,8 +148,10 @@ def usable(raw: dict, read: bool = False) -> bool:
     (`unreadable_position`), and for a read, top-k logprobs at its first token."""
     if unreadable_position(raw) is not None:
         return False
-    r = _reply(raw)
-    return not read or bool(r.tokens and r.tokens[0].top)
+    if not read:  # a generation's reply is not parsed here (it may hold thousands of tokens)
+        return True
+    tokens = _reply(raw).tokens
+    return bool(tokens and tokens[0].top)
 
 
 @dataclass(frozen=True)
