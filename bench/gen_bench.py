@@ -1,5 +1,5 @@
-"""Generation benchmark: the engine's decode loop against transformers' `generate` and against the engine's
-loop before issue 16, side by side in one process, on the same prompts, rows and settings.
+"""Generation benchmark: the engine's decode loop against transformers' `generate` and against a reference loop
+without the cascade decoder, side by side in one process, on the same prompts, rows and settings.
 
 - prompts: the first N gap-v2 scenarios in the agent frame, rendered and encoded as readouts/gap/recipe.py
   does (`panels.frames.render`, `engine.render.encode_prompt`); R rollouts per prompt; T new tokens per row,
@@ -7,11 +7,12 @@ loop before issue 16, side by side in one process, on the same prompts, rows and
 - settings: sampling at T 0.7 / top-p 0.95 (rollout 0 greedy, as the readouts run it), and greedy.
 - engine: `engine.generation.generate` (cascade decode state, on-device vectorized sampling, compaction; on
   CPU, decoding steps' linear layers on packed oneDNN weights, engine/packed.py).
-- before: `engine.generation._generate_v1`, the loop as it was before issue 16 (kept for this comparison).
+- before: `engine.generation._generate_v1`, a loop without the cascade decoder (the model's own forward and cache,
+  sampling from per-row CPU generators; kept for this comparison).
 - transformers: `model.generate` on the same rows (each prompt repeated R times, left-padded), `do_sample`
   with the same temperature and top-p (top-k off: only its temperature and top-p warpers run), or greedy;
   no EOS, `max_new_tokens` T.
-Greedy tokens are checked equal between the engine and the old loop before anything is timed, and their
+Greedy tokens are checked equal between the engine and the reference loop before anything is timed, and their
 agreement with transformers' greedy rows is recorded. The sides run interleaved, `--reps` times each; the
 best time of each side counts. Also: the share of the matmul-bound rate (this machine's fp32 matmul rate,
 measured in the same run, over 2 x (transformer body + output head) FLOPs per new token).
@@ -108,17 +109,17 @@ def main() -> None:
     # --- correctness first ------------------------------------------------------------------------------
     greedy = {side: run("greedy") for side, run in sides.items()}
     flat = lambda out: [list(r.tokens) for rs in out for r in rs]  # noqa: E731
-    assert flat(greedy["engine"]) == flat(greedy["before"]), "greedy tokens differ from the old loop"
+    assert flat(greedy["engine"]) == flat(greedy["before"]), "greedy tokens differ from the reference loop"
     result = dict(benchmark=args.name, model=args.model, dtype=lm.facts.dtype, device=lm.facts.device, threads=torch.get_num_threads(),
                   machine=platform.machine(), torch=torch.__version__, prompts=args.prompts, rollouts=args.rollouts,
                   tokens=args.tokens, rows=rows, new_tokens=new, prompt_tokens=[len(p) for p in prompts], params=params,
                   flops_per_new_token=flops_per_token, reps=args.reps,
-                  before="engine.generation._generate_v1 (the pre-issue-16 loop, kept callable), same process")
+                  before="engine.generation._generate_v1 (the reference loop without the cascade decoder), same process")
     if "transformers" in greedy:
         same = sum(a == b for a, b in zip(flat(greedy["engine"]), greedy["transformers"]))
         result["greedy_rows_equal_to_transformers"] = f"{same} of {rows}"
         print(f"greedy rows equal to transformers' generate: {same} of {rows}", flush=True)
-    print("greedy tokens equal to the old loop's: yes", flush=True)
+    print("greedy tokens equal to the reference loop's: yes", flush=True)
 
     # --- timing: interleaved, best of reps ----------------------------------------------------------------
     times = {mode: {side: [] for side in sides} for mode in modes}
@@ -146,7 +147,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    names = {"engine": "engine `generate`", "before": "engine loop before issue 16 (`_generate_v1`)",
+    names = {"engine": "engine `generate`", "before": "reference loop without the cascade decoder (`_generate_v1`)",
              "transformers": "transformers `generate`"}
     lines = [f"# {args.name} ({result['date']})", "",
              f"`{args.model}` {lm.facts.dtype} on {lm.facts.device}, {result['threads']} threads; {args.prompts} gap-v2 agent-frame "
@@ -161,10 +162,10 @@ def main() -> None:
     lines += ["", f"Matmul bound: {rate / 1e9:.0f} GFLOP/s fp32 (2048x2048 matmul, best of {len(rates)} measured between the runs) "
               f"over {flops_per_token / 1e9:.3f} GFLOP per new token (2 x (body + output head)) = {bound:.0f} new tokens/s; prefill "
               "work is not in the bound, so the shares include it as overhead.",
-              "Greedy tokens of the engine equal the old loop's on all rows (checked before timing)"
+              "Greedy tokens of the engine equal the reference loop's on all rows (checked before timing)"
               + (f"; equal to transformers' greedy rows on {result['greedy_rows_equal_to_transformers']}." if "transformers" in sides else "."),
-              f"Sampled rollouts differ from the old loop's by design (counter-based per-row uniforms replace per-row CPU generators). "
-              f"The old loop is `engine.generation._generate_v1`, timed in the same process. Peak RSS {result['peak_rss_gb']:.1f} GB."]
+              f"Sampled rollouts differ from the reference loop's by design (counter-based per-row uniforms replace per-row CPU generators). "
+              f"The reference loop is `engine.generation._generate_v1`, timed in the same process. Peak RSS {result['peak_rss_gb']:.1f} GB."]
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / args.name}.json and .md")
 

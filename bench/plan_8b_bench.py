@@ -2,9 +2,9 @@
 tokenized with the embedded SmolLM2's real tokenizer (49k vocabulary; the target models' own tokenizers are
 not on this machine, and give prompts of about the same length in English), the model's size, key/value bytes
 and host launches from the public Llama-3.1-8B and OLMo-3-7B architectures (scripts/gpu_check.py's ARCHS),
-the batches as `generate` would form them on the named GPU. Estimates, not measurements: the issue's GPU
-target (the paper profile on gap-v2 for one 8B-class model in under 40 minutes on one H200) is checked against
-these until a GPU run measures it. Results go to bench/results/plan_8b.{json,md}.
+the batches as `generate` would form them on the named GPU. Estimates, not measurements: the GPU target (the
+paper profile on gap-v2 for one 8B-class model in under 40 minutes on one H200) is checked against these where no
+GPU run has measured it (`--measured` costs the plan from a GPU run's step times). Results go to bench/results/plan_8b.{json,md}.
 """
 
 from __future__ import annotations

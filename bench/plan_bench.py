@@ -1,6 +1,6 @@
 """`--plan` benchmark: wall time of `readout run --plan` (and `readout nsi --plan`) on the paper profile, as a
 user runs it: a fresh process each time (imports, tokenizer and config read, every prompt rendered and
-tokenized), no weights loaded. Issue 19 asks for the gap-v1 paper plan in under 10 s. Each command runs
+tokenized), no weights loaded. The gap-v1 paper plan's target is under 10 s. Each command runs
 `--reps` times; best and median count. Results go to bench/results/plan_bench.{json,md}.
 """
 

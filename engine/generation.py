@@ -304,11 +304,12 @@ def _generate_batch(model, prompts, seeds, budgets, settings: _Decode, leaders=N
     ]
 
 
-# -- the decoding loop before issue 16, kept only so that bench/gen_bench.py can time it side by side --------
+# -- a reference decoding loop without the cascade decoder, kept only so that bench/gen_bench.py can time it --
 
 def _generate_v1(model, prompts, *, max_new_tokens, stop_ids, n=1, greedy_first=False, temperature=0.0, top_p=1.0,
                  seeds=None, pad_id=0, token_budget=None, max_rows=None, on_batch=None, prefix_kv=None):
-    """`generate` as it was before the cascade loop (same arguments; sampled rollouts from per-row CPU generators)."""
+    """`generate` without the cascade decoder: each batch decoded by the model's own forward and cache (same
+    arguments; sampled rollouts from per-row CPU generators; greedy tokens equal `generate`'s)."""
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     device = model.get_input_embeddings().weight.device
     default_budget, default_rows = default_bounds("generate", device)
