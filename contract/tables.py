@@ -87,10 +87,10 @@ record's own metadata object as JSON, contract.metadata)."""
 PAIRED_TOKENS = "paired_tokens"
 """The probe column of the dose filler arms: the paired reasoning rollout's generated tokens (dose_filler,
 generated to that length) or the tokens its read kept (dose_truncated_filler, cut there); null on other reads
-(added after the first runs: an older probes.parquet lacks it)."""
+(a probes.parquet may lack the column: LATER_COLUMNS)."""
 PROMPT_TEXT = "prompt_text"
 """The probe column holding the prompt the model read (the prompt's ids decoded, special tokens kept;
-added after the first runs: an older probes.parquet lacks it)."""
+a probes.parquet may lack the column: LATER_COLUMNS)."""
 SERVED_BOUND = ("top_k", "unseen_mass", "token_bound", "outside_top_k")
 """Columns of a read made from a served model's top-k logprobs (null on local reads, which are exact):
 `top_k` alternatives returned at the read position, `unseen_mass` = 1 - their mass, `token_bound` = the most
@@ -98,7 +98,7 @@ any token outside them can hold (min(p_k, unseen_mass)), `outside_top_k` the let
 none of whose forms is in the top k (their mass is NaN, never zero; empty when every one was seen)."""
 SERVED_BOUND_COLUMNS = _cols("top_k:int? unseen_mass:float? token_bound:float? outside_top_k:str?")
 LATER_COLUMNS = (METADATA, PAIRED_TOKENS, PROMPT_TEXT, *SERVED_BOUND)
-"""Nullable columns added after the first runs: a reader fills them with nulls in an older table that lacks them."""
+"""Nullable columns a table may lack (tables written without them): a reader fills them with nulls there."""
 
 PROBES = Table("probes", _cols(
     "probe_id:str scenario_id:str cell:str readout:str frame:str order_index:int order:str rollout:int letters:str "
@@ -121,8 +121,8 @@ NSI_REPLIES = Table("nsi_replies", _cols(
     "reasoning:str? endorse:int?"))
 NSI_TEMPERED = ("mass_agree_tempered", "mass_disagree_tempered", "p_agree_tempered", "p_endorse_tempered",
                 "tempered_temperature", "tempered_top_p")
-"""The continuous readout at the sampling settings (added after the first runs: an older nsi_continuous.parquet
-lacks them, and its readers treat them as missing)."""
+"""The continuous readout at the sampling settings (an nsi_continuous.parquet may lack them; its readers treat
+them as missing)."""
 NSI_CONTINUOUS = Table("nsi_continuous", _cols(
     f"{_POLARITY} mass_agree:float mass_disagree:float p_agree:float p_endorse:float prompt_tokens:int "
     + " ".join(f"{c}:float" for c in NSI_TEMPERED)) + SERVED_BOUND_COLUMNS)
@@ -134,7 +134,7 @@ DEPTH = Table("depth", _cols(
 """One row per first-token probe (rollout 0) x depth x lens (contract.names.LENSES): the letters' mass at that depth,
 and the KL divergence in nats of the lens's full-vocabulary distribution there from the model's own (the last depth's)."""
 DEPTH_ADDED = ("kl_final",)
-"""depth.parquet columns added after the first depth runs (an older table lacks them; its readers treat them as missing)."""
+"""depth.parquet columns a table may lack (tables written without them); its readers treat them as missing."""
 PATCHING = Table("patching", _cols(
     f"{_DEPTH_KEY} layer:int n_layers:int source:str source_scenario_id:str mass:list[float] letter_mass:float "
     "p_violating:float p_agent:float p_source:float"))

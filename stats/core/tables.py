@@ -31,7 +31,7 @@ def conform(df: pd.DataFrame, table: Table, where, error: type[StatsInputError] 
             optional: tuple[str, ...] = ()) -> pd.DataFrame:
     """`df` restricted to `table`'s columns, checked for missing columns and nulls, cast to the declared dtypes.
 
-    `optional`: declared nullable columns that older writers did not write; missing ones are added as nulls
+    `optional`: declared nullable columns a table may lack (written without them); missing ones are added as nulls
     (the caller says so) instead of refused. `df.attrs["absent"]` lists them."""
     absent = [name for name in table.names if name not in df.columns]
     for name in absent:

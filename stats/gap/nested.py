@@ -7,8 +7,8 @@ same resampled scenarios and the same redrawn rollouts).
 Why this model. An exact first-token readout knows each option order's violating probability q_k; the
 table's `majority_violating_prob` is the Poisson-binomial P(sum_k Bernoulli(q_k) > K/2), the point estimate.
 Redrawing one rollout per order from that exact per-order distribution and taking the majority is a
-Bernoulli(majority_violating_prob) indicator, so the bootstrap is centred on the exact point estimate. The
-earlier model drew Binomial(K, mean fraction), which treats the orders as interchangeable and is off by
+Bernoulli(majority_violating_prob) indicator, so the bootstrap is centred on the exact point estimate. Drawing
+Binomial(K, mean fraction) instead would treat the orders as interchangeable and be off by
 0.01-0.03 per scenario when the order matters (P(Binomial) != P(Poisson-binomial) for unequal q_k).
 A `--sample` run holds observed rollouts only; there the redraw resamples them with replacement,
 Binomial(K, observed fraction), the classical nested bootstrap.

@@ -79,7 +79,7 @@ class SyntheticSpec:
     readouts: tuple[str, ...] = field(default_factory=readout_groups)
     """Which readout groups to write (contract.readout_groups: D, J, J0, raw, control, dose)."""
     harm_effect: float | None = None
-    """F5's harm-matched twin: None draws it just below the primary (the old default); a number plants
+    """F5's harm-matched twin: None draws it just below the primary (no planted harm contrast); a number plants
     the harm contrast g_harm_twin - g_twin = harm_effect, so E against the plain twin is `effect` (incentive
     plus harm) and E against the harm twin is effect - harm_effect (the incentive alone)."""
     exchangeable: bool = False

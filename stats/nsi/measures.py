@@ -19,7 +19,7 @@ no-framing-effect null, the acquiescence index, and the effect sizes of the grou
     Binomial(N_f, p), p the model's rate pooled over dilemmas and framings. At about 420 replies per
     framing it cannot go below about 0.046 for p between 0.3 and 0.7, and it reads a change of the pooled
     rate by composition alone as a framing effect.
-  - ``per-dilemma`` (an earlier reading, kept for comparison): a model's NSI is the mean over dilemmas of
+  - ``per-dilemma`` (a second reading, kept for comparison): a model's NSI is the mean over dilemmas of
     the per-dilemma NSI, and each dilemma's n_f replies are Binomial(n_f, p_s) with p_s that dilemma's
     rate; at 30 replies per cell its expectation is 3-4x Table 4's corrections.
 
