@@ -1,3 +1,5 @@
-from readouts.cli import main
+"""`python -m cli`: the `readout` command line without its console script."""
+
+from cli.main import main
 
 main()

@@ -1,6 +1,6 @@
 """The numeric options of the command line, declared once: default, lower and upper bound, help.
 
-`readouts.cli` builds every numeric option from these (its type checks the bounds before any work, its help
+`cli.options` builds every numeric option from these (its type checks the bounds before any work, its help
 shows the default); the statistics take their defaults from here too, so a default is written in one place.
 """
 

@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -271,7 +272,7 @@ def check_device(device: str) -> None:
         raise ReadoutError(f"--device: '{device}' asked for, but this torch ({torch.__version__}) is {build}; use --device cpu")
 
 
-def load_tokenizer_config(name: str):
+def load_tokenizer_config(name: str, registry_files: Sequence[str] = ()):
     """The tokenizer and config of `name` from disk, without its weights (for planning a run).
 
     The config is read as the generic `PreTrainedConfig` (config.json's fields, `model_type` included;
@@ -281,7 +282,7 @@ def load_tokenizer_config(name: str):
     generation and kernel stack (about 2 s, a fifth of `--plan`'s time)."""
     from transformers import AutoTokenizer, PreTrainedConfig
 
-    folder, _ = locate(resolve(name))
+    folder, _ = locate(resolve(name, registry_files))
     try:
         with _quiet_transformers():
             config = PreTrainedConfig.from_dict(PreTrainedConfig.get_config_dict(folder, local_files_only=True)[0])
@@ -303,6 +304,7 @@ def load_model(
     chat_template: str | None = None,
     template_kwargs: dict | None = None,
     adapter: str | None = None,
+    registry_files: Sequence[str] = (),
 ) -> LoadedModel:
     """Load `name` (alias, folder or HF id) from disk: fp32 on CPU and bf16 on CUDA unless told otherwise.
 
@@ -310,10 +312,11 @@ def load_model(
     `chat_template` (a file) replaces the tokenizer's template; `template_kwargs` are extra variables every chat
     prompt is rendered with. Both are recorded (the template's sha256, the variables). `adapter` (a PEFT adapter
     folder) is applied to the base weights and merged, so every engine path reads the adapted model.
+    `registry_files` are user registry files (a command's `--models`) `name` is resolved with.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    spec = resolve(name)
+    spec = resolve(name, registry_files)
     folder, revision = locate(spec)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

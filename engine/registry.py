@@ -74,21 +74,14 @@ class ModelSpec:
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.name not in ("name", "registry_file", "registry_sha256"))
 """The fields a registry entry may set (plus `override` in a user file)."""
-_cli_files: tuple[str, ...] = ()
 
 
-def use_models_files(paths: Sequence[str | Path] | None) -> None:
-    """The user registry files a command was given (`--models`), read after LOGIT_READOUT_MODELS's; replaces
-    the previous command's (each command that loads a model sets its own, possibly none)."""
-    global _cli_files
-    _cli_files = tuple(str(p) for p in paths or ())
-
-
-def user_model_files() -> tuple[Path, ...]:
-    """The user registry files in force: LOGIT_READOUT_MODELS's, then `--models`', each once, absolute."""
+def user_model_files(files: Sequence[str | Path] = ()) -> tuple[Path, ...]:
+    """The user registry files in force: LOGIT_READOUT_MODELS's, then `files` (a command's `--models`), each once,
+    absolute."""
     env = [p for p in os.environ.get(USER_MODELS_ENV, "").split(os.pathsep) if p.strip()]
     out: list[Path] = []
-    for where, raw in [(USER_MODELS_ENV, p) for p in env] + [("--models", p) for p in _cli_files]:
+    for where, raw in [(USER_MODELS_ENV, p) for p in env] + [("--models", str(p)) for p in files]:
         path = Path(raw).expanduser().absolute()
         if not path.is_file():
             raise RegistryError(f"{where}: {raw}: no such registry file")
@@ -97,10 +90,11 @@ def user_model_files() -> tuple[Path, ...]:
     return tuple(out)
 
 
-def registry() -> dict[str, ModelSpec]:
-    """All registered aliases: the built-in ones in file order, then each user file's new ones. Cached per set of
-    user files (and their modification times), so a changed environment or an edited file is read afresh."""
-    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in user_model_files())
+def registry(files: Sequence[str | Path] = ()) -> dict[str, ModelSpec]:
+    """All registered aliases: the built-in ones in file order, then each user file's new ones (LOGIT_READOUT_MODELS's,
+    then `files`). Cached per set of user files (and their modification times), so a changed environment or an
+    edited file is read afresh."""
+    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in user_model_files(files))
     return _registry(key)
 
 
@@ -177,15 +171,25 @@ def _check_fields(where: str, fields: dict) -> None:
         raise RegistryError(f"{where} base_lineage: needs a lineage and stage")
 
 
-def resolve(name: str) -> ModelSpec:
-    """Spec for an alias, a local folder or an HF id, each optionally `@revision` (a branch, tag or commit of a
-    hub checkpoint, e.g. an RL `step_XXXX` branch); UnknownModelError otherwise."""
-    specs = registry()
-    if name in specs:
-        return specs[name]
+def split_revision(name: str) -> tuple[str, str | None]:
+    """`NAME@REV` -> (NAME, REV): the one place a model name's revision is parsed. (name, None) when it names none:
+    no `@`, nothing on either side of the last one, or an existing file or folder whose name holds it."""
     base, at, revision = name.rpartition("@")
     if at and base and revision and not Path(name).expanduser().exists():
-        spec = resolve(base)
+        return base, revision
+    return name, None
+
+
+def resolve(name: str, files: Sequence[str | Path] = ()) -> ModelSpec:
+    """Spec for an alias, a local folder or an HF id, each optionally `@revision` (a branch, tag or commit of a
+    hub checkpoint, e.g. an RL `step_XXXX` branch), with the user registry `files` (a command's `--models`) in
+    force; UnknownModelError otherwise."""
+    specs = registry(files)
+    if name in specs:
+        return specs[name]
+    base, revision = split_revision(name)
+    if revision is not None:
+        spec = resolve(base, files)
         if spec.source != "hub":
             raise UnknownModelError(f"model '{name}': a revision (@{revision}) applies to hub checkpoints only, "
                                     f"and '{base}' is a {spec.source} model")

@@ -46,19 +46,9 @@ def run_study(kind: str, model, tokenizer, *, name: str, out: str | Path, profil
     """Run (or resume) a study, "gap" (`readout run`) or "nsi" (`readout nsi`), on an in-memory model; returns the
     run directory. `name` stands for the checkpoint in the manifest (source: memory)."""
     from readouts.driver import ModelOptions, RunOptions, run
+    from readouts.studies import study_named
 
-    if kind == "gap":
-        from readouts.gap.study import GapStudy
-
-        study = GapStudy(readouts=readouts)
-    elif kind == "nsi":
-        from readouts.nsi.study import NsiStudy
-
-        if readouts is not None:
-            raise ReadoutError("readouts: the nsi study has no readout groups")
-        study = NsiStudy()
-    else:
-        raise ReadoutError(f"kind: '{kind}' is not gap or nsi")
+    study = study_named(kind, readouts=readouts)
     options = RunOptions(model=ModelOptions(model=name, loaded=from_memory(model, tokenizer, name=name)), panel=panel,
                          profile=profile, overrides=tuple(overrides), limit=limit, out=str(out), seed=seed, progress=progress)
     return run(study, options, log=log)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
@@ -19,86 +19,14 @@ import pandas as pd
 
 from contract.tables import table
 from engine.errors import ReadoutError
-from engine.loading import load_model
 from panels.frames import DEFAULT_VERSION, frame_texts
 from panels.schema import PanelError, load_panel
 from readouts.chunks import Interrupted, chunk_loop, window_for, windows  # noqa: F401 (Interrupted: the runs' API)
 from readouts.manifest import default_out, model_manifest, served_model_manifest
+from readouts.options import Loading, ModelOptions, RunOptions  # noqa: F401 (Loading: the runs' API)
 from readouts.profiles import Profile, apply_overrides, select_units
 from readouts.rundir import RunDir
 from readouts.show import plural
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """Which model to load, and how (shared by `readout run`, `readout nsi` and `readout score`)."""
-
-    model: str
-    """Alias, local folder or HF id in the local cache."""
-    device: str | None = None
-    """cpu, cuda, cuda:1 ... (None: cuda if present, else cpu)."""
-    dtype: str | None = None
-    """float32 / bfloat16 / float16 (None: fp32 on CPU, bf16 on CUDA)."""
-    quantize: str | None = None
-    """4bit / 8bit (bitsandbytes)."""
-    device_map: str | None = None
-    """accelerate device map for several GPUs, e.g. auto."""
-    token_budget: int | None = None
-    """Padded tokens per forward pass (None: the engine's default for the device)."""
-    chat_template: str | None = None
-    """A file whose template replaces the tokenizer's (its sha256 is recorded)."""
-    template_kwargs: tuple[tuple[str, object], ...] = ()
-    """Extra variables the chat template is rendered with, e.g. (("date_string", "26 Jul 2024"),) (recorded)."""
-    adapter: str | None = None
-    """A PEFT adapter folder, merged into the weights (recorded with its fingerprint)."""
-    attn_implementation: str | None = None
-    """transformers attention implementation (eager, sdpa, flash_attention_2; None: transformers' default)."""
-    trust_remote_code: bool = False
-    """Let a checkpoint's own modeling code run (transformers' trust_remote_code)."""
-    loaded: object = field(default=None, compare=False, repr=False)
-    """A LoadedModel the caller already holds (engine.loading.from_memory): used as is, nothing is loaded."""
-    served: object = None
-    """An engine.served.ServedSpec: `model` is then the endpoint's model name, and nothing loads locally."""
-
-    def load(self, device: str | None = None):
-        if self.loaded is not None:
-            return self.loaded
-        if self.served is not None:
-            from engine.served import ServedModel
-
-            return ServedModel(self.served)
-        return load_model(self.model, device=device or self.device, dtype=self.dtype, quantize=self.quantize,
-                          device_map=self.device_map, chat_template=self.chat_template,
-                          template_kwargs=dict(self.template_kwargs) or None, adapter=self.adapter,
-                          attn_implementation=self.attn_implementation, trust_remote_code=self.trust_remote_code)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What every study run was asked to do, besides the study's own settings."""
-
-    model: ModelOptions
-    panel: str | None = None
-    """Shipped panel name or JSONL path (None: the study's default panel)."""
-    profile: str = "quick"
-    overrides: tuple[str, ...] = ()
-    """`key=value` profile overrides (`--set`), recorded in the manifest."""
-    limit: int | None = None
-    """Read only the first N records of the profile's selection (recorded)."""
-    out: str | None = None
-    """Run directory (None: runs/<model>/<panel>/<study's run name>)."""
-    seed: int | None = None
-    """None: the study's default seed."""
-    force: bool = False
-    """Discard an existing run with a different manifest in `out`."""
-    progress: bool = True
-    shard: tuple[int, int] | None = None
-    """(i, n): compute only chunks whose index is i modulo n, and leave the merge to `readout merge`."""
-    stop_after_chunks: int | None = None
-    """Testing aid: stop (as if killed) after this many newly computed chunks."""
-    window: int | None = None
-    """Chunks decoded together (readouts/chunks.py; None: the device's default, WINDOW_DEFAULT). Not part of the
-    run's identity: a run may resume under another window."""
 
 
 class ChunkRunner(Protocol):
@@ -238,7 +166,7 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     workload = getattr(study, "workload", None)
     if workload is None:
         raise ReadoutError(f"--plan: not available for the {study.kind} study")
-    tokenizer, config = load_tokenizer_config(options.model.model)
+    tokenizer, config = load_tokenizer_config(options.model.model, options.model.loading.registry_files)
     size = model_size(config)
     bounds = gpu_batch_bounds(config, size, gpu, options.model.token_budget)
     window = _window(study, options, "cuda")

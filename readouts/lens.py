@@ -1,4 +1,4 @@
-"""`readout lens`: train a tuned lens (engine/tuned_lens.py) for one model on the panel's own context
+"""The tuned lens of depth runs: train one (engine/tuned_lens.py) for one model on the panel's own context
 sentences, and the checks a depth run makes before reading through it (`readout run --readouts ...,depth --lens FILE`).
 
 Training text: each gap scenario's context with its pressure sentence in place, then its filler sentence and its
@@ -13,12 +13,8 @@ import random
 import time
 from dataclasses import dataclass
 
-import click
-
-from contract.options import COUNT, INDEX, LEARNING_RATE
 from engine.errors import ReadoutError
 from readouts.manifest import file_sha256
-from readouts.options import bounded
 
 HELD_OUT_SHARE = 0.125
 """Share of the panel's scenarios held out of training (the KL comparison is measured on them)."""
@@ -116,59 +112,16 @@ def load_for_run(path, lm):
                   "settings": meta.get("settings"), "held_out_kl": meta.get("held_out_kl")}
 
 
-def lens_group() -> click.Group:
-    from readouts.cli import _model, _model_options
+def train_lens_file(model, panel_name: str, settings: LensSettings, out, progress=None):
+    """Load `model` (readouts.options.ModelOptions) and the gap panel `panel_name`, train the lens, write it to `out`;
+    returns (the file's path, the lens's meta)."""
+    from panels.schema import load_panel
 
-    @click.group("lens")
-    def group():
-        """The tuned lens of depth runs (docs/depth.md): train one for a model, show one."""
-
-    @group.command("train")
-    @click.option("--model", "-m", required=True, help="alias (see `readout models`), local folder or HF id")
-    @_model_options
-    @click.option("--panel", default="gap-v2", show_default=True, help="gap panel whose context sentences are the text")
-    @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="the lens file to write (.safetensors)")
-    @click.option("--steps", default=LensSettings.steps, show_default=True, type=bounded(COUNT))
-    @click.option("--batch", default=LensSettings.batch, show_default=True, type=bounded(COUNT), help="positions per step")
-    @click.option("--lr", default=LensSettings.lr, show_default=True, type=bounded(LEARNING_RATE), help="Adam's step size")
-    @click.option("--seed", default=LensSettings.seed, show_default=True, type=bounded(INDEX))
-    @click.option("--scenarios", "max_train", default=LensSettings.max_train_scenarios, show_default=True,
-                  type=bounded(COUNT), help="training scenarios at most")
-    @click.option("--held-out", "max_held", default=LensSettings.max_held_out_scenarios, show_default=True,
-                  type=bounded(COUNT), help="held-out scenarios the KL comparison is measured on, at most")
-    @click.option("--progress/--no-progress", default=True)
-    def train_cmd(panel, out, steps, batch, lr, seed, max_train, max_held, progress, **kwargs):
-        """Train a tuned lens on the panel's context sentences and write it to --out."""
-        from tqdm.auto import tqdm
-
-        from panels.schema import load_panel
-
-        options = _model(kwargs)
-        loaded = load_panel(panel)
-        if loaded.kind != "gap":
-            raise ReadoutError(f"--panel: {loaded.path}: a {loaded.kind} panel; the lens reads gap scenarios")
-        lm = options.load()
-        if getattr(lm, "served", False):
-            raise ReadoutError("--model: a served model exposes no residual stream; a lens needs local weights")
-        settings = LensSettings(steps=steps, batch=batch, lr=lr, seed=seed, max_train_scenarios=max_train,
-                                max_held_out_scenarios=max_held)
-        bar = tqdm(total=steps, desc="tuned lens", disable=not progress, dynamic_ncols=True)
-        lens = train_lens_for(lm, loaded, settings, progress=lambda i, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.3f}")))
-        bar.close()
-        path = lens.save(out)
-        for line in kl_lines(lens.meta):
-            click.echo(line)
-        click.echo(f"wrote {path} (sha256 {file_sha256(path)[:12]})", err=True)
-
-    @group.command("show")
-    @click.argument("path", type=click.Path(dir_okay=False))
-    def show_cmd(path):
-        """Print what a lens file was trained for and its held-out KL beside the logit lens's."""
-        from engine.tuned_lens import TunedLens
-
-        meta = TunedLens.load(path).meta
-        click.echo(f"model {meta['model']}; panel {meta['panel']['name']}; settings {meta['settings']}; seconds {meta['seconds']}")
-        for line in kl_lines(meta):
-            click.echo(line)
-
-    return group
+    panel = load_panel(panel_name)
+    if panel.kind != "gap":
+        raise ReadoutError(f"--panel: {panel.path}: a {panel.kind} panel; the lens reads gap scenarios")
+    lm = model.load()
+    if getattr(lm, "served", False):
+        raise ReadoutError("--model: a served model exposes no residual stream; a lens needs local weights")
+    lens = train_lens_for(lm, panel, settings, progress=progress)
+    return lens.save(out), lens.meta

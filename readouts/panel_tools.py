@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from typing import Sequence
 
 from contract.names import FRAMINGS
 from panels.frames import DEFAULT_VERSION, FRAMES, render, render_polarity
@@ -42,8 +43,10 @@ def validate(paths) -> list[tuple[str, str | None, str | None, list[str]]]:
 
 
 def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", order_index: int | None = None,
-         seed: int = 0, model: str | None = None, profile: str = "quick", frames: str = DEFAULT_VERSION) -> str:
-    """The messages of one rendered frame, or with `model` the exact prompt text that model will read.
+         seed: int = 0, model: str | None = None, profile: str = "quick", frames: str = DEFAULT_VERSION,
+         registry_files: Sequence[str] = ()) -> str:
+    """The messages of one rendered frame, or with `model` the exact prompt text that model will read (resolved
+    with the user registry `registry_files`).
 
     With `order_index`, the options stand in the order a `readout run` with this `seed` and `profile` read
     at that index (the same seeding as the run: probes.parquet's `order_index`); frames read after
@@ -78,7 +81,7 @@ def show(panel_name: str, record_id: str, frame: str, cell: str = "primary", ord
     from engine.loading import load_model
     from engine.render import Prompt, encode_prompt
 
-    lm = load_model(model)
+    lm = load_model(model, registry_files=registry_files)
     prompt = Prompt(messages=messages, system=system) if messages else Prompt(text=text)
     ids = encode_prompt(lm.tokenizer, prompt)
     if panel.kind == "gap":

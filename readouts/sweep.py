@@ -24,13 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import click
-
 from contract.names import STAGE_NAME
-from contract.options import COUNT, DEFAULT_MASS_FLOOR, DEFAULT_N_BOOT, SHARE
 from engine.errors import ReadoutError
-from readouts.gap.profile import PROFILES as GAP_PROFILES
-from readouts.options import bounded
+from engine.registry import split_revision
+from readouts.options import Loading
+from readouts.studies import STUDIES, study_named
 
 _SPEC_FIELDS = ("source", "hf_id", "revision", "family", "chat", "path", "lineage", "stage", "base_lineage")
 """The registry fields a sweep.toml entry carries over from the checkpoint's resolved spec."""
@@ -73,14 +71,26 @@ def listed(models: Sequence[str], list_file: str | None) -> list[tuple[str, str 
             items.append((name, parts[1] if len(parts) == 2 else None, parts[0]))
     out = []
     for name, role, written in items:
-        base, at, revs = name.rpartition("@")
-        if at and base and "," in revs and not Path(name).exists():
+        base, revs = split_revision(name)
+        if revs is not None and "," in revs:
             out += [(f"{base}@{r.strip()}", role, f"{base}@{r.strip()}") for r in revs.split(",") if r.strip()]
         else:
             out.append((name, role, written))
     if not out:
         raise ReadoutError("--model: no checkpoints given (--model NAME, repeated, or --list FILE)")
     return out
+
+
+def parse_stages(items: Sequence[str]) -> dict[str, str]:
+    """`--stage NAME=lineage:stage` items as {NAME: role}, each role checked."""
+    role_map = {}
+    for item in items:
+        name, sep, role = item.rpartition("=")
+        if not sep or not name:
+            raise ReadoutError(f"--stage: '{item}' must look like NAME=lineage:stage, e.g. ./ckpt=mine:step-100")
+        _role(role, "--stage")
+        role_map[name] = role
+    return role_map
 
 
 def _role(text: str, where: str) -> tuple[str, str]:
@@ -91,18 +101,19 @@ def _role(text: str, where: str) -> tuple[str, str]:
 
 
 def plan(items: Sequence[tuple], stages: Mapping[str, str], lineage: str | None,
-         default_lineage: str) -> list[Checkpoint]:
-    """Each listed checkpoint (name, role or None[, name as written]) resolved (in the registry in force) and
-    given its label, role and sweep.toml entry; bad names and clashing roles fail here, before any model loads.
-    `stages` names a checkpoint by its label, its name as written, or (a folder) any path to the same folder."""
+         default_lineage: str, registry_files: Sequence[str] = ()) -> list[Checkpoint]:
+    """Each listed checkpoint (name, role or None[, name as written]) resolved (in the registry with the user files
+    `registry_files`) and given its label, role and sweep.toml entry; bad names and clashing roles fail here, before
+    any model loads. `stages` names a checkpoint by its label, its name as written, or (a folder) any path to the
+    same folder."""
     from engine.registry import registry, resolve
 
-    known, labels, roles, out = registry(), set(), {}, []
+    known, labels, roles, out = registry(registry_files), set(), {}, []
     unused, names = set(stages), []
     for given, listed_role, *written in items:
-        spec = resolve(given)
-        base, at, revision = given.rpartition("@")
-        revision = revision if at and base and spec.revision == revision else None
+        spec = resolve(given, registry_files)
+        base, revision = split_revision(given)
+        revision = revision if revision is not None and spec.revision == revision else None
         name = base if revision else given
         short = name if name in known else Path(name).name if spec.source == "local" else name.split("/")[-1]
         label = _label(short, revision)
@@ -191,54 +202,39 @@ def stage_order(checkpoints: Sequence[Checkpoint]) -> tuple[str, ...]:
     return tuple(order)
 
 
-def _request(c: Checkpoint, study: Mapping, model: Mapping) -> str:
+def _request(c: Checkpoint, study: Mapping, loading: Loading) -> str:
     """What a checkpoint's run is asked, hashed: a finished run asked the same is skipped."""
     from engine.registry import resolve
 
-    spec = {k: v for k, v in dataclasses.asdict(resolve(c.alias)).items() if k not in ("registry_file", "registry_sha256")}
+    spec = {k: v for k, v in dataclasses.asdict(resolve(c.alias, loading.registry_files)).items()
+            if k not in ("registry_file", "registry_sha256")}
+    model = {k: v for k, v in dataclasses.asdict(loading).items() if k != "registry_files"}
     text = json.dumps({"spec": spec, "role": [c.lineage, c.stage], "study": study, "model": model}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-STUDIES = ("gap", "nsi")
-"""What a sweep runs: the judgment-action study (compared with `readout compare`) or the framing-stability
-audit (compared with `readout nsi-stats`)."""
-
-
-def _study(kind: str, study: Mapping):
-    if kind == "gap":
-        from readouts.gap.study import GapStudy
-
-        return GapStudy(readouts=study["readouts"], sample=study["sample"])
-    if study.get("readouts") or study.get("sample"):
-        raise ReadoutError("--readouts / --sample: options of the gap study, not of --study nsi")
-    from readouts.nsi.study import NsiStudy
-
-    return NsiStudy()
-
-
-def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapping, model: Mapping,
-              registry_files: Sequence[str] = (), n_boot: int = 10_000, mass_floor: float | None = None,
-              kind: str = "gap", log: Callable[[str], None] = print) -> list[str]:
+def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapping, loading: Loading = Loading(),
+              n_boot: int = 10_000, mass_floor: float | None = None, kind: str = "gap",
+              log: Callable[[str], None] = print) -> list[str]:
     """Run the study `kind` on each checkpoint (skipping finished runs asked the same, resuming killed ones), then
     compare them all. `study`: panel, readouts, sample, profile, overrides, limit, seed, force, progress;
-    `model`: ModelOptions' loading fields (device, dtype ...). Returns the comparison's lines."""
+    `loading`: how every checkpoint loads (its registry files are read before the sweep's own sweep.toml).
+    Returns the comparison's lines."""
     import gc
 
-    from engine.registry import use_models_files
     from readouts.atomic import atomic_write_bytes
     from readouts.driver import ModelOptions, RunOptions, run
 
     if kind not in STUDIES:
         raise ReadoutError(f"--study: '{kind}' is not one of {', '.join(STUDIES)}")
-    study_obj = _study(kind, study)
+    study_obj = study_named(kind, readouts=study["readouts"], sample=study["sample"])
     out = Path(out)
     toml = out / "sweep.toml"
     text = registry_text(checkpoints).encode()
     out_existed, before = out.exists(), toml.read_bytes() if toml.exists() else None
     if before != text:
         atomic_write_bytes(toml, text)
-    use_models_files((*registry_files, str(toml)))
+    loading = dataclasses.replace(loading, registry_files=(*loading.registry_files, str(toml)))
     state_path = out / "sweep.json"
     try:
         state = json.loads(state_path.read_text()) if state_path.exists() else {}
@@ -246,10 +242,10 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
         state = {}  # unreadable: nothing is skipped, and every run directory resumes on its own
     asked = {"study": kind, **{k: v for k, v in study.items() if k not in ("force", "progress")}}
     dirs = [out / "runs" / c.label for c in checkpoints]
-    requests = [_request(c, asked, model) for c in checkpoints]
+    requests = [_request(c, asked, loading) for c in checkpoints]
     done = [state.get(c.label, {}).get("request") == r and _complete(d) for c, r, d in zip(checkpoints, requests, dirs)]
     try:
-        _check_available([c for c, skip in zip(checkpoints, done) if not skip])
+        _check_available([c for c, skip in zip(checkpoints, done) if not skip], loading.registry_files)
     except ReadoutError:  # nothing ran: the folder is left as it was
         if before is not None:
             atomic_write_bytes(toml, before)
@@ -263,7 +259,7 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
             log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}): run complete, skipped ({rundir})")
             continue
         log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}) -> {rundir}")
-        options = RunOptions(model=ModelOptions(model=c.alias, **model), panel=study["panel"], profile=study["profile"],
+        options = RunOptions(model=ModelOptions(model=c.alias, loading=loading), panel=study["panel"], profile=study["profile"],
                              overrides=tuple(study["overrides"]), limit=study["limit"], out=str(rundir),
                              seed=study["seed"], force=study["force"], progress=study["progress"])
         run(study_obj, options, log=log)
@@ -282,14 +278,14 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
                         order=stage_order(checkpoints), **floor)
 
 
-def _check_available(checkpoints: Sequence[Checkpoint]) -> None:
+def _check_available(checkpoints: Sequence[Checkpoint], registry_files: Sequence[str]) -> None:
     """Every checkpoint still to run is on this machine, checked before the first one loads (a missing revision
     is found now, not after hours of runs)."""
     from engine.loading import is_available
     from engine.registry import resolve
 
     for c in checkpoints:
-        ok, why = is_available(resolve(c.alias))
+        ok, why = is_available(resolve(c.alias, registry_files))
         if not ok:
             raise ReadoutError(f"{c.given}: {why}; nothing was run (every checkpoint is checked before the first loads)")
 
@@ -306,76 +302,3 @@ def _empty_cuda_cache() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def sweep_command() -> click.Command:
-    """The `readout sweep` command, built when readouts.cli registers it (it takes `readout run`'s options from
-    there; built on demand so that importing this module alone does not import the command line)."""
-    from readouts.cli import GAP_SET_HELP, NSI_SET_HELP, _run_options
-
-    options = [
-        click.command("sweep"),
-        click.option("--model", "-m", "models", multiple=True, help="a checkpoint: alias, folder or HF id, each "
-                     "optionally @REV or @REV1,REV2,... (repeat --model for more)"),
-        click.option("--list", "list_file", default=None, type=click.Path(dir_okay=False),
-                     help="a file listing checkpoints, one a line: NAME [lineage:stage]"),
-        click.option("--stage", "stages", multiple=True, metavar="NAME=LINEAGE:STAGE",
-                     help="the role of a listed checkpoint (by its label, its name as listed, or a path to its folder), "
-                     "e.g. ./ckpt=mine:step-100"),
-        click.option("--lineage", default=None, help="lineage of the checkpoints that get no other (default: the "
-                     "model's for NAME@REV, else the sweep folder's name)"),
-        click.option("--study", "kind", type=click.Choice(STUDIES), default="gap", show_default=True,
-                     help="gap: the judgment-action study, then `readout compare`; nsi: the framing-stability audit, "
-                     "then `readout nsi-stats`"),
-        click.option("--panel", "-p", default=None, help="shipped panel name or JSONL path (default: gap-v2 / nsi-14)"),
-        click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)"),
-        click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities"),
-        click.option("--n-boot", default=DEFAULT_N_BOOT, show_default=True, type=bounded(COUNT),
-                     help="bootstrap resamples of the comparison"),
-        click.option("--mass-floor", default=DEFAULT_MASS_FLOOR, show_default=True, type=bounded(SHARE),
-                     help="the comparison's minimum total letter mass"),
-        # seed None: the study's (gap 0, nsi 42)
-        _run_options(default_seed=None, profiles=tuple(GAP_PROFILES),
-                     out_help="the sweep's folder (required): runs/<checkpoint>/, sweep.toml, sweep.json and compare/ go there",
-                     set_help=f"{GAP_SET_HELP.removesuffix(' (recorded)')}; with --study nsi: {NSI_SET_HELP.partition('e.g. ')[2]}"),
-    ]
-    f = sweep_cmd
-    for decorate in reversed(options):
-        f = decorate(f)
-    return f
-
-
-def sweep_cmd(models, list_file, stages, lineage, kind, panel, readouts, sample, n_boot, mass_floor, **kwargs):
-    """Run the gap study (or --study nsi) on each of several checkpoints or revisions (one run directory each,
-    resumable; a finished run is skipped), then compare them along their lineage. --out names the sweep's folder."""
-    if not kwargs["out"]:
-        raise ReadoutError("--out: required: the sweep's folder (runs/, sweep.toml, sweep.json and compare/ go there)")
-    if kwargs["shard"]:
-        raise ReadoutError("--shard: not available in a sweep; shard a single checkpoint with `readout run --shard`")
-    if kwargs["revision"]:
-        if len(models) != 1 or "@" in models[0] or list_file:
-            raise ReadoutError("--revision: give it with exactly one --model and no @REV (or write NAME@REV1,REV2)")
-        models = (f"{models[0]}@{kwargs['revision']}",)
-    role_map = {}
-    for item in stages:
-        name, sep, role = item.rpartition("=")
-        if not sep or not name:
-            raise ReadoutError(f"--stage: '{item}' must look like NAME=lineage:stage, e.g. ./ckpt=mine:step-100")
-        _role(role, "--stage")
-        role_map[name] = role
-    registry_files = tuple(kwargs["models_files"])
-    from engine.registry import use_models_files
-    from readouts.cli import _model
-
-    use_models_files(registry_files)
-    out = Path(kwargs["out"])
-    checkpoints = plan(listed(models, list_file), role_map, lineage, out.resolve().name)
-    model = dataclasses.asdict(_model({**kwargs, "model": "-", "revision": None}))
-    model = {k: v for k, v in model.items() if k not in ("model", "loaded")}
-    model["template_kwargs"] = tuple(tuple(kv) for kv in model["template_kwargs"])
-    study = {"panel": panel, "readouts": readouts, "sample": sample, "profile": kwargs["profile"],
-             "overrides": tuple(kwargs["overrides"]), "limit": kwargs["limit"], "seed": kwargs["seed"],
-             "force": kwargs["force"], "progress": kwargs["progress"]}
-    for line in run_sweep(checkpoints, out, study=study, model=model, registry_files=registry_files, n_boot=n_boot,
-                          mass_floor=mass_floor, kind=kind, log=lambda line: click.echo(line, err=True)):
-        click.echo(line)

@@ -17,7 +17,7 @@ position of the options cancels); per frame, the mean over items, and the paired
 difference over the items scored in both frames, each with a percentile bootstrap CI over items.
 
     python scripts/moralchoice_style.py render
-    python -m readouts score examples/moralchoice-style.jsonl --model MODEL --out scored.jsonl
+    python -m cli score examples/moralchoice-style.jsonl --model MODEL --out scored.jsonl
     python scripts/moralchoice_style.py summarize scored.jsonl
 """
 

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
-from contract.options import INDEX
 from engine.errors import ReadoutError
 from readouts.atomic import atomic_write_bytes
-from readouts.options import bounded
 from readouts.report.gather import DEFAULT_ITEMS, gather
 from readouts.report.render import page
 
@@ -40,17 +36,3 @@ def write_report(paths, out: str | Path | None = None, max_items: int = DEFAULT_
     items = sum(len(s.items) for s in report.sections)
     lines.append(f"wrote {target} ({len(report.sections)} sections, {figures} figures, {items} drill-down items)")
     return lines
-
-
-@click.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--out", "-o", default=None, type=click.Path(dir_okay=False),
-              help="HTML file to write (default FOLDER/report.html; required for several folders)")
-@click.option("--items", "max_items", default=DEFAULT_ITEMS, show_default=True, type=bounded(INDEX),
-              help="scenarios (dilemmas) per run in the drill-down")
-def report_cmd(paths, out, max_items):
-    """One self-contained HTML page over gap runs, NSI runs and comparison folders: figures, tables, the
-    manifest and a per-scenario drill-down (prompts, rollouts, letter masses). Reads each run's stats/ folder
-    as `readout stats` / `readout nsi-stats` wrote it (run those first for the figures)."""
-    for line in write_report(list(paths), out, max_items):
-        click.echo(line)

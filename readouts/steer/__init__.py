@@ -6,5 +6,6 @@ own contrasts on the other half (the training split); a user's vector file also 
     split       the seeded, disjoint training / held-out split of the profile's selection
     directions  pressure and judgment directions per depth from the training split; random nulls; vector files
     study       the run driver's study (manifest, chunks, resume, shards) and its chunk runner
-    cli         the `readout steer` command
+    plan        its workload for `--plan`; summary: the lines a finished grid prints
+The `readout steer` command is cli/steer.py.
 """

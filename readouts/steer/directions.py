@@ -33,6 +33,9 @@ PAIRS = {"pressure": ((AGENT_FRAME, "primary"), (AGENT_FRAME, "twin")),
 """Per direction: (frame, cell) of the prompt whose residual is added, and of the one subtracted."""
 assert tuple(PAIRS) == STEER_DIRECTIONS
 
+CAPABILITY_TEXT = Path(__file__).parent / "data" / "capability.txt"
+"""The held-out text whose mean per-token loss is the capability check (prose written for this project)."""
+
 
 def contrast_renders(scenarios, kind: str, profile, seed: int) -> list[tuple]:
     """(plus, minus) rendered prompts of direction `kind`: each scenario holding both cells, in D's option orders
@@ -59,7 +62,7 @@ def unbalanced_orders(scenarios, profile, seed: int) -> list[str]:
 
 def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> torch.Tensor:
     """[depths, hidden] fp32: the mean over `scenarios` x D's option orders of residual(plus) - residual(minus)."""
-    from readouts.gap.recipe import prompt_of
+    from readouts.gap.prompts import prompt_of
 
     pairs = contrast_renders(scenarios, kind, profile, seed)
     if not pairs:

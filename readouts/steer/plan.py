@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contract.names import STEER_DIRECTIONS
 from engine.render import Prompt, encode_prompt, encode_prompts
-from readouts.gap.recipe import prompt_of
+from readouts.gap.prompts import prompt_of
 from readouts.plan import StageWork, shared_tokens
 
 
@@ -22,8 +22,7 @@ def n_conditions(settings) -> int:
 
 def steer_workload(tok, study, base: list[StageWork], profile, seed: int) -> list[StageWork]:
     """The grid's stages around `base`, the unsteered held-out reads' own stages."""
-    from readouts.steer.directions import contrast_renders
-    from readouts.steer.study import CAPABILITY_TEXT
+    from readouts.steer.directions import CAPABILITY_TEXT, contrast_renders
 
     st, stages = study.settings, []
     if st.direction in STEER_DIRECTIONS:

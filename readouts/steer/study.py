@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -25,11 +24,8 @@ from readouts.gap.profile import PROFILES
 from readouts.gap.recipe import GapRunner, reads_per_scenario
 from readouts.gap.study import GapStudy
 from readouts.manifest import file_sha256
-from readouts.steer.directions import contrast_direction, load_vector_file, random_direction, unbalanced_orders
+from readouts.steer.directions import CAPABILITY_TEXT, contrast_direction, load_vector_file, random_direction, unbalanced_orders
 from readouts.steer.split import split_records
-
-CAPABILITY_TEXT = Path(__file__).parent / "data" / "capability.txt"
-"""The held-out text whose mean per-token loss is the capability check (prose written for this project)."""
 
 
 @dataclass(frozen=True)
