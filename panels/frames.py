@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES, NEGATED, PARAPHRASE_CELLS
-from panels.schema import Dilemma, PanelError, Scenario
+from panels.records import Dilemma, PanelError, Scenario
 
 LETTERS = "ABCDE"
 DEFAULT_VERSION = "v1"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from panels.jsonl import jsonl_objects
-from panels.schema import Panel, PanelError, Scenario
+from panels.records import Panel, PanelError, Scenario
 
 REVIEW_REQUIRED = frozenset({"gap-v2"})
 """Panels (by name, the file stem) that must have a review record: loading one without fails."""

@@ -10,7 +10,7 @@ from contract.names import PARAPHRASE_CELLS
 from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec, readout
 from engine.errors import ReadoutError
 from panels.frames import DEFAULT_VERSION, frame_texts
-from panels.schema import PanelError
+from panels.records import PanelError
 from readouts.profiles import Profile
 
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from panels.schema import NSI_FIELDS, PanelError, load_panel, resolve_panel
+from panels.records import PanelError
+from panels.schema import NSI_FIELDS, load_panel, resolve_panel
 from readouts.cli import main
 from tests.conftest import ROOT
 

@@ -14,7 +14,8 @@ from engine.render import Prompt, encode_prompt
 from panels.frames import render, render_polarity
 from panels.lint import cue_word_rates
 from panels.orders import option_orders
-from panels.schema import PanelError, load_panel
+from panels.records import PanelError
+from panels.schema import load_panel
 from readouts.cli import main
 from tests.conftest import CHAT_TINY, ROOT, get_model
 

@@ -10,7 +10,8 @@ import pytest
 from contract.metadata import METADATA, decode_metadata
 from contract.tables import NSI_CONTINUOUS, NSI_REPLIES, PROBES, SCENARIOS
 from engine.errors import ProbeInputError
-from panels.schema import PanelError, load_panel
+from panels.records import PanelError
+from panels.schema import load_panel
 from readouts.cli import main
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
