@@ -20,7 +20,8 @@ from panels.frames import render, render_polarity
 from panels.schema import load_panel, resolve_panel
 from readouts.gap.profile import PROFILES as GAP_PROFILES
 from readouts.gap.profile import cells_read
-from readouts.gap.recipe import orders_for, prompt_of
+from readouts.gap.prompts import prompt_of
+from readouts.gap.recipe import orders_for
 from readouts.nsi.study import DECISION_PREFIX, decision_words
 from readouts.nsi.study import PROFILES as NSI_PROFILES
 from readouts.profiles import select_units

@@ -18,6 +18,7 @@ from engine.render import encode_prompt
 from engine.residuals import Patch, lens_logits, n_depths
 from engine.scoring import letter_masses, score_ids
 from panels.frames import render
+from readouts.gap.prompts import prompt_of
 
 LENS_READS = 8
 """Reads whose depths go through the head at once (bounds the [reads x depths, vocab] fp32 logits held)."""
@@ -103,8 +104,6 @@ def foreign_partner(scenarios, s):
 def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
     """patching.parquet rows: each primary agent read of the first `patch_orders` orders, patched at every
     patched depth from each source (contract.names.PATCH_SOURCES) in the same option order."""
-    from readouts.gap.recipe import prompt_of
-
     lm, profile = runner.lm, runner.profile
     if profile.patch_stride < 1:
         return []

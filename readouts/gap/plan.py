@@ -11,7 +11,8 @@ from engine.generation import BatchBounds, batch_shape, plan_batches
 from engine.render import encode_prompts
 from panels.frames import render
 from readouts.gap.profile import GapProfile, cells_read
-from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_calls, generation_jobs, orders_for, prompt_of, stages
+from readouts.gap.prompts import prompt_of
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_calls, generation_jobs, orders_for, stages
 from readouts.plan import StageWork, shared_tokens
 
 

@@ -18,7 +18,7 @@ from contract.tables import NO_BOUND, PAIRED_TOKENS, PROMPT_TEXT
 from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
 from engine.generation import generate, stop_token_ids
-from engine.render import Prompt, encode_prompt
+from engine.render import encode_prompt
 from engine.rowcache import RowCaches
 from engine.sampling import derive_seed
 from engine.scoring import score_ids
@@ -27,6 +27,7 @@ from panels.orders import option_orders
 from readouts.gap.aggregate import scenario_rows
 from readouts.gap.depth import depth_rows, patch_rows
 from readouts.gap.profile import GapProfile, cells_read, is_on, rollouts
+from readouts.gap.prompts import answer_forms, prompt_of
 
 
 @dataclass
@@ -53,22 +54,6 @@ class Read:
 
 ANCHOR_ALLOWANCE = 8
 """Tokens a forced anchor ("\nAnswer:") may add after the generated text."""
-
-
-def prompt_of(rendered) -> Prompt:
-    if rendered.text is not None:
-        return Prompt(text=rendered.text)
-    return Prompt(messages=rendered.messages, system=rendered.system)
-
-
-def answer_forms(scenario, rendered) -> dict:
-    """What may stand after the anchor: the rendered letters and, for F3's lettered tools, each tool's
-    name mapped to its letter (pre-registration A2: a tool-name answer is accepted)."""
-    names = None
-    if getattr(scenario, "tools", None):
-        letter_of = dict(zip(rendered.option_ids, rendered.letters))
-        names = {t.name: letter_of[t.id] for t in scenario.tools if t.id in letter_of}
-    return {"letters": "".join(rendered.letters), "names": names}
 
 
 def active_specs(groups, profile: GapProfile | None = None) -> tuple[ReadoutSpec, ...]:

@@ -31,19 +31,12 @@ from engine.served_client import ServedError
 from panels.frames import render
 from readouts.gap.aggregate import scenario_rows
 from readouts.gap.profile import cells_read, rollouts
-from readouts.gap.recipe import Read, answer_forms, generation_jobs, orders_for, stages
+from readouts.gap.prompts import answer_forms, messages_of
+from readouts.gap.recipe import Read, generation_jobs, orders_for, stages
 
 SERVED_GROUPS = tuple(dict.fromkeys(s.group for s in READOUTS if not s.frames[0].startswith("raw_")))
 """The readout groups a served chat model is read in: all but the raw frames' (they need a completion endpoint
 without a chat template)."""
-
-
-def messages_of(rendered) -> list[dict]:
-    """A rendered chat frame as request messages (its system prompt, when it sets one, first)."""
-    msgs = [dict(m) for m in rendered.messages]
-    if rendered.system is not None:
-        msgs = [{"role": "system", "content": rendered.system}] + msgs
-    return msgs
 
 
 class ServedGapRunner:

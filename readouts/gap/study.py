@@ -16,7 +16,8 @@ from engine.errors import ReadoutError
 from engine.render import encode_prompt
 from panels.frames import render
 from readouts.gap.profile import PAPER_FIELDS, PROFILES, cells_read, run_name
-from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, prompt_of, reads_per_scenario
+from readouts.gap.prompts import prompt_of
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, reads_per_scenario
 from readouts.profiles import not_paper_note
 
 

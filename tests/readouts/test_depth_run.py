@@ -15,7 +15,7 @@ from panels.schema import load_panel
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
-from readouts.gap.recipe import prompt_of
+from readouts.gap.prompts import prompt_of
 from readouts.gap.study import GapStudy, parse_readouts
 from tests.conftest import get_model
 

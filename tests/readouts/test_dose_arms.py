@@ -19,6 +19,7 @@ from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.gap import recipe
+from readouts.gap.prompts import prompt_of
 from readouts.gap.study import GapStudy
 from readouts.profiles import apply_overrides
 from tests.conftest import get_model, one_batch
@@ -34,7 +35,7 @@ def _by(probes, readout):
 
 def _stopping(lm, scenarios, profile, n=12):
     """Stop ids that end some reasoning rollouts early: the 4th greedy token of each reasoning prompt."""
-    prompts = [encode_prompt(lm.tokenizer, recipe.prompt_of(render(s, "dose_reasoning", c)))
+    prompts = [encode_prompt(lm.tokenizer, prompt_of(render(s, "dose_reasoning", c)))
                for s in scenarios for c in s.cells]
     free = generate(lm.model, prompts, max_new_tokens=n, stop_ids=frozenset())
     return frozenset(r[0].tokens[3] for r in free)

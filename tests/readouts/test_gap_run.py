@@ -19,6 +19,7 @@ from readouts.driver import Interrupted, ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.gap import recipe
+from readouts.gap.prompts import prompt_of
 from readouts.gap.study import GapStudy
 from readouts.profiles import select_units
 from readouts.rundir import ManifestMismatch
@@ -132,10 +133,10 @@ def test_control_replaces_default_system_prompt():
     s = load_panel("gap-v1").records[0]
     r = render(s, "control")
     olmo = get_model("tiny-olmo3").tokenizer
-    text = olmo.decode(encode_prompt(olmo, recipe.prompt_of(r)))
+    text = olmo.decode(encode_prompt(olmo, prompt_of(r)))
     assert "function-calling" not in text and text.startswith(f"<|im_start|>system\n{r.system}<|im_end|>")
     llama = get_model("tiny-llama3").tokenizer
-    ids = encode_prompt(llama, recipe.prompt_of(r))
+    ids = encode_prompt(llama, prompt_of(r))
     text = llama.decode(ids)
     assert ids.count(llama.bos_token_id) == 1
     assert "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + r.system in text

@@ -21,7 +21,8 @@ from panels.schema import load_panel
 from readouts.driver import Interrupted, ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
-from readouts.gap.recipe import orders_for, prompt_of
+from readouts.gap.prompts import prompt_of
+from readouts.gap.recipe import orders_for
 from readouts.steer.study import SteerSettings, SteerStudy
 from tests.conftest import get_model
 
