@@ -18,11 +18,11 @@ from engine.sampling import derive_seed
 from engine.served import topk_mass
 from panels.frames import render_polarity
 from readouts.nsi.parse import endorsement, parse_reply
-from readouts.nsi.study import _share  # NaN when either word is outside the top k
+from readouts.nsi.recipe import agree_share  # NaN when either word is outside the top k
 
 
 def word_match(words, min_start: int):
-    """The local word-start rule (engine.letters.word_start_tokens, readouts.nsi.study.MIN_WORD_START) on a
+    """The local word-start rule (engine.letters.word_start_tokens, readouts.nsi.recipe.MIN_WORD_START) on a
     token's text: `match(text, i)` is True when `text` can start words[i]."""
     def match(text: str, i: int) -> bool:
         w = words[i]
@@ -81,7 +81,7 @@ class ServedNsiRunner:
             m = topk_mass(r.tokens[0].top, [[w] for w in self.words], self.words, p.temperature, p.top_p, match=self.match)
             agree, disagree = m.mass
             t_agree, t_disagree = m.tempered
-            p_agree, p_tempered = _share(agree, disagree), _share(t_agree, t_disagree)
+            p_agree, p_tempered = agree_share(agree, disagree), agree_share(t_agree, t_disagree)
             continuous.append(dict(
                 model=self.model_name, dilemma_id=d.id, domain=d.domain, framing=f, negated=pr.negated,
                 **{METADATA: encode_metadata(d.metadata)},

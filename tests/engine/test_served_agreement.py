@@ -17,9 +17,9 @@ from engine.served import PREFILL_FIELDS, ServedModel, ServedSpec, letter_forms,
 from panels.frames import render, render_polarity
 from panels.orders import option_orders
 from panels.schema import load_panel
-from readouts.gap.served import messages_of
+from readouts.gap.prompts import messages_of
+from readouts.nsi.recipe import DECISION_PREFIX, DECISION_WORDS, MIN_WORD_START, decision_words
 from readouts.nsi.served import word_match
-from readouts.nsi.study import DECISION_PREFIX, DECISION_WORDS, MIN_WORD_START, decision_words
 from tests.conftest import get_model
 from tests.served_helpers import SERVED_NAME, post
 

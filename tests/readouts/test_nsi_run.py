@@ -17,7 +17,9 @@ from panels.frames import render_polarity
 from panels.schema import load_panel
 from readouts.driver import Interrupted, ModelOptions, RunOptions, run
 from readouts.nsi import study as nsi_module
-from readouts.nsi.study import DECISION_PREFIX, NsiProfile, NsiStudy, decision_words
+from readouts.nsi.profile import NsiProfile
+from readouts.nsi.recipe import DECISION_PREFIX, decision_words
+from readouts.nsi.study import NsiStudy
 from tests.conftest import get_model
 
 
@@ -126,7 +128,7 @@ def test_negative_samples_refused_before_the_model_loads(tmp_path):
 
 
 def test_settings_note_names_every_field_that_differs_from_the_paper():
-    from readouts.nsi.study import PROFILES, settings_note
+    from readouts.nsi.profile import PROFILES, settings_note
 
     assert settings_note(PROFILES["paper"]) is None
     quick = settings_note(NsiProfile(name="quick", chunk_size=2, samples=4, budget=96))

@@ -17,10 +17,11 @@ from panels.frames import render, render_polarity
 from panels.schema import load_panel
 from readouts.driver import ModelOptions, RunOptions, run
 from readouts.gap import profile as gap_profile
-from readouts.gap.recipe import answer_forms, prompt_of
+from readouts.gap.prompts import answer_forms, prompt_of
 from readouts.gap.study import GapStudy
 from readouts.nsi import study as nsi_module
-from readouts.nsi.study import NsiProfile, NsiStudy
+from readouts.nsi.profile import NsiProfile
+from readouts.nsi.study import NsiStudy
 from tests.conftest import get_model
 
 MODEL = "tiny-qwen2"

@@ -36,7 +36,7 @@ def test_plan_counts_what_the_cache_holds(tmp_path, capsys):
     body = sm.body(render_polarity(d, "F0").messages, max_tokens=50, temperature=0.0, top_p=1.0,
                    seed=derive_seed(42, d.id, "F0", 0))
     from engine.served_client import cache_key
-    from readouts.nsi.study import DECISION_PREFIX
+    from readouts.nsi.recipe import DECISION_PREFIX
 
     sm.client.cache.put(cache_key("m", NOWHERE, body, 0), body, {"choices": []})
     # Replies a run would not take from the cache (it asks again) are not counted: a generation whose logprobs are

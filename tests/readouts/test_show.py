@@ -19,10 +19,12 @@ from readouts.cli import main
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
-from readouts.gap.recipe import orders_for, prompt_of
+from readouts.gap.prompts import prompt_of
+from readouts.gap.recipe import orders_for
 from readouts.gap.study import GapStudy
 from readouts.nsi import study as nsi_module
-from readouts.nsi.study import NsiProfile, NsiStudy
+from readouts.nsi.profile import NsiProfile
+from readouts.nsi.study import NsiStudy
 from tests.conftest import get_model
 
 TINY_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="show-test", max_units=2,

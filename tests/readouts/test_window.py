@@ -22,7 +22,9 @@ from readouts.gap.recipe import GapRunner
 from readouts.gap.served import ServedGapRunner
 from readouts.gap.study import GapStudy
 from readouts.nsi import profile as nsi_profile
-from readouts.nsi.study import NsiProfile, NsiRunner, NsiStudy
+from readouts.nsi.profile import NsiProfile
+from readouts.nsi.recipe import NsiRunner
+from readouts.nsi.study import NsiStudy
 from readouts.steer.study import SteerRunner, SteerSettings, SteerStudy
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="window-test", max_units=4, chunk_size=1,
