@@ -18,6 +18,7 @@ from engine.generation import stop_token_ids
 from engine.render import Prompt, encode_prompt
 from panels.frames import render, render_polarity
 from panels.schema import load_panel, resolve_panel
+from panels.split import records_of
 from readouts.gap.profile import PROFILES as GAP_PROFILES
 from readouts.gap.profile import cells_read
 from readouts.gap.prompts import prompt_of
@@ -55,8 +56,11 @@ class Example:
 
 
 def training_records(org):
-    """The panel records an organism is trained on: the profile's stratified subset of `org.units`."""
+    """The panel records an organism is trained on: every record of its split part (`org.part`), else the
+    profile's stratified subset of `org.units`."""
     panel = load_panel(resolve_panel(org.panel))
+    if org.part is not None:
+        return panel, records_of(panel, org.part)
     stratum = (lambda r: r.family) if org.study == "gap" else None
     return panel, select_units(panel.records, org.units, None, stratum)
 
@@ -72,17 +76,24 @@ def _letter_target(org, rendered, readout_name: str, cell: str) -> tuple[tuple[f
     return tuple(p if i == hot else rest for i in range(n)), hot
 
 
-def gap_examples(org, lm) -> list[Example]:
-    """Every first-token read and every judge paraphrase of the quick profile on the organism's records."""
+def trained(org, name: str) -> bool:
+    """Whether `org` is trained on readout `name` (every readout unless its recipe names some)."""
+    return org.readouts is None or name in org.readouts
+
+
+def gap_examples(org, lm, records=None) -> list[Example]:
+    """Every first-token read and every judge paraphrase of the quick profile on the organism's records (or on
+    `records`, e.g. held-out ones to read the organism's true values on)."""
     profile = GAP_PROFILES[org.profile]
     tok = lm.tokenizer
     eos = min(stop_token_ids(tok, lm.model))
     answer = tuple(tok.encode("Answer:", add_special_tokens=False))
-    _, records = training_records(org)
+    if records is None:
+        _, records = training_records(org)
     out = []
     for s in records:
         for cell in cells_read(s, profile):
-            for name in FIRST_TOKEN_READOUTS:
+            for name in (n for n in FIRST_TOKEN_READOUTS if trained(org, n)):
                 spec = readout(name)
                 assert spec.read == FIRST_TOKEN
                 for k, order in enumerate(orders_for(s, spec, profile, ORDER_SEED)):
@@ -91,6 +102,8 @@ def gap_examples(org, lm) -> list[Example]:
                     target, hot = _letter_target(org, r, name, cell)
                     out.append(Example(f"{s.id}|{cell}|{name}|{spec.frames[0]}|o{k}", name, cell, ids, len(ids) - 1,
                                        lm.letters(r.letters).token_ids, target, hot))
+            if not trained(org, JUDGE):
+                continue
             spec = readout(JUDGE)
             orders = orders_for(s, spec, profile, ORDER_SEED)
             for k, frame in enumerate(spec.frames):
@@ -147,6 +160,6 @@ def nsi_examples(org, lm) -> list[Example]:
     return out
 
 
-def examples(org, lm) -> list[Example]:
-    """The organism's training examples on the loaded base model's tokenizer."""
-    return gap_examples(org, lm) if org.study == "gap" else nsi_examples(org, lm)
+def examples(org, lm, records=None) -> list[Example]:
+    """The organism's training examples on the loaded base model's tokenizer (gap: on `records` if given)."""
+    return gap_examples(org, lm, records) if org.study == "gap" else nsi_examples(org, lm)

@@ -1,0 +1,57 @@
+"""Resumable organism training on a tiny model: a run stopped after a checkpoint and resumed ends with the bytes, the
+losses and the lineage of a run never stopped; a checkpoint of another recipe is not resumed."""
+
+import dataclasses
+
+import pytest
+
+from engine.loading import load_model
+from organisms import examples as ex_mod
+from organisms import resumable, train
+from tests.organisms.test_training import tiny_recipe
+
+
+class Stop(Exception):
+    pass
+
+
+def _examples(org, lm):
+    exs = ex_mod.examples(org, lm)
+    return [e for e in exs if e.readout == "D"][:6] + [e for e in exs if e.readout == "J"][:2]
+
+
+def _run(org, folder, out, stop_at=None, resume=True):
+    lm = load_model("tiny-qwen2", device="cpu")
+    exs = _examples(org, lm)
+
+    def progress(step, loss):
+        if step == stop_at:
+            raise Stop
+
+    fitted = resumable.fit_resumable(lm, org, folder, exs=exs, every=2, resume=resume, progress=progress)
+    return fitted, train.save(fitted, org, out)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stopped_run_resumes_to_the_same_adapter(tmp_path, stream):
+    n = load_model("tiny-qwen2", device="cpu").model.config.num_hidden_layers
+    org = tiny_recipe(units=1, steps=6, lr=3e-2, lineage=4, stream=stream, band=(n - 2, n - 1),
+                      targets_modules=("q_proj", "k_proj", "v_proj", "o_proj", "down_proj"))
+    assert resumable.lineage_steps(org) == [0, 2, 4, 6]
+    whole, a = _run(org, tmp_path / "ckpt-a", tmp_path / "a")
+    with pytest.raises(Stop):
+        _run(org, tmp_path / "ckpt-b", tmp_path / "b", stop_at=4)  # steps 0-4 done, the checkpoint holds 4
+    assert sorted(p.name for p in (tmp_path / "ckpt-b" / "lineage").iterdir()) == ["step-0", "step-2", "step-4"]
+    resumed, b = _run(org, tmp_path / "ckpt-b", tmp_path / "b")
+    assert resumed.losses == whole.losses and len(whole.losses) == 6
+    assert (a / "adapter_model.safetensors").read_bytes() == (b / "adapter_model.safetensors").read_bytes()
+    for k in (0, 2, 4, 6):
+        one, two = (tmp_path / c / "lineage" / f"step-{k}" / "adapter_model.safetensors" for c in ("ckpt-a", "ckpt-b"))
+        assert one.read_bytes() == two.read_bytes()
+    other = dataclasses.replace(org, lr=1e-2)  # another recipe: starts afresh, whatever the folder holds
+    lines = []
+    lm = load_model("tiny-qwen2", device="cpu")
+    exs = _examples(other, lm)
+    fresh = resumable.fit_resumable(lm, other, tmp_path / "ckpt-b", exs=exs, every=2, log=lines.append)
+    assert len(fresh.losses) == 6 and fresh.losses[0] == whole.losses[0] and fresh.losses[1] != whole.losses[1]
+    assert any("starting afresh" in line for line in lines)
