@@ -18,7 +18,7 @@ def study_named(kind: str, *, readouts: str | None = None, sample: bool = False)
         return GapStudy(readouts=readouts, sample=sample)
     if kind == "nsi":
         if readouts is not None or sample:
-            raise ReadoutError("--readouts / --sample: options of the gap study, not of the nsi study")
+            raise ReadoutError("--readouts / --sample: options of the gap study, not of --study nsi")
         from readouts.nsi.study import NsiStudy
 
         return NsiStudy()
