@@ -27,6 +27,9 @@ CONTINUOUS_COLUMNS = ("model", "nsi_continuous", "ci_low", "ci_high", "nsi_01_co
                       "nsi_binary", "spearman_per_dilemma", "n_dilemmas")
 """The columns of nsi_continuous; nsi_continuous_tempered adds SETTINGS_COLUMNS. An empty table keeps them."""
 SETTINGS_COLUMNS = ("temperature", "top_p")
+DOMAIN_COLUMNS = ("model", "domain", "nsi", "nsi_01", "n_dilemmas")
+"""The columns of nsi_continuous_domain (an empty table keeps them: no model x domain with a finite read)."""
+POINT_COLUMNS = ("model", "p0", "p1")
 
 
 def continuous_table(cont: pd.DataFrame, cells: Cells, models_tab: pd.DataFrame, seed: int, n_boot: int,
@@ -81,7 +84,7 @@ def continuous_domain_table(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
             rows.append({"model": model, "domain": dom, "nsi": v,
                          "nsi_01": float(np.nanmean(nsi_array(pe[m_i][sel][:, PAIR_IDX]))),
                          "n_dilemmas": int(np.isfinite(per).sum())})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(DOMAIN_COLUMNS))
 
 
 def continuous_points(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
@@ -93,4 +96,4 @@ def continuous_points(cont: pd.DataFrame, cells: Cells) -> pd.DataFrame:
         both = np.isfinite(p0s) & np.isfinite(p1s)
         if both.any():
             rows.append({"model": model, "p0": float(p0s[both].mean()), "p1": float(p1s[both].mean())})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(POINT_COLUMNS))

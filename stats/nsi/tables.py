@@ -83,8 +83,9 @@ def read_replies(run_dir: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_continuous(run_dir: str | Path) -> pd.DataFrame | None:
-    """Read and check nsi_continuous.parquet, or None when the run has none."""
+def read_continuous(run_dir: str | Path, models=None) -> pd.DataFrame | None:
+    """Read and check nsi_continuous.parquet, or None when the run has none. ``models``: the models of the run's
+    replies (nsi_replies.parquet); a continuous row naming another model is refused."""
     path = Path(run_dir) / NSI_CONTINUOUS.file
     if not path.is_file():
         return None
@@ -93,6 +94,10 @@ def read_continuous(run_dir: str | Path) -> pd.DataFrame | None:
     if absent and len(absent) != len(NSI_TEMPERED):
         _fail(path, absent[0], "missing while other columns of the tempered reading are present")
     _check_common(df, path)
+    other = sorted(set(df["model"]) - set(models)) if models is not None else []
+    if other:
+        _fail(path, "model", f"{other[0]!r} is not the model of the run's replies "
+              f"({', '.join(map(repr, sorted(models)))} in {NSI_REPLIES.file})")
     # No mass on either word (agree + disagree = 0) leaves p_agree undefined: such rows are set aside and
     # counted (df.attrs["undefined"]), not refused; any other non-finite value is an error.
     undefined = ~np.isfinite(df["p_agree"]) & (df["mass_agree"] + df["mass_disagree"] == 0)
@@ -149,7 +154,7 @@ def load_runs(run_dirs) -> tuple[pd.DataFrame, pd.DataFrame | None]:
                 raise NSITableError(f"{Path(rd) / NSI_REPLIES.file}: column model: {model!r} already read from {seen[model]}")
             seen[model] = str(rd)
         replies.append(r)
-        c = read_continuous(rd)
+        c = read_continuous(rd, models=r["model"].unique())
         if c is not None:
             cont.append(c)
     rep = pd.concat(replies, ignore_index=True)
