@@ -110,7 +110,7 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
     exact = T.at_loss_positions(model, org)
     deep = org.frozen_context and not T.exact_at_positions(model, org)
     cached = None if org.stream else T.frozen_states(model, exs, start, exact, None if deep else base_key)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=org.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 * (1 + math.cos(math.pi * k / org.steps)))
@@ -118,7 +118,7 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
     pool = [i for i, e in enumerate(exs) for _ in range(org.emphasis.get(e.readout, 1))]
     order: list[int] = []
     losses: list[float] = []
-    step0, spent = 0, 0.0
+    step0, spent, cpu = 0, 0.0, 0.0
     path = folder / CHECKPOINT
     if resume and path.is_file():
         state = torch.load(path, weights_only=False)
@@ -132,6 +132,7 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
             rng.bit_generator.state = state["numpy"]
             torch.set_rng_state(state["torch"])
             order, losses, step0, spent = list(state["order"]), list(state["losses"]), state["step"], state["seconds"]
+            cpu = state.get("cpu", 0.0)
             say(f"{org.name}: resuming from step {step0} of {org.steps} ({path})")
         else:
             say(f"{org.name}: {path} is of another recipe or examples; starting afresh")
@@ -144,7 +145,8 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
         _save_checkpoint(folder, dict(identity=ident, step=step, adapter=_adapter_state(model),
                                       optimizer=opt.state_dict(), schedule=sched.state_dict(),
                                       numpy=rng.bit_generator.state, torch=torch.get_rng_state(), order=list(order),
-                                      losses=list(losses), seconds=spent + time.perf_counter() - t1))
+                                      losses=list(losses), seconds=spent + time.perf_counter() - t1,
+                                      cpu=cpu + time.process_time() - c1))
 
     def mark(step):
         if step in keep and not (lineage / f"step-{step}" / "adapter_model.safetensors").is_file():
@@ -172,7 +174,8 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
             progress(step, losses[-1])
     t2 = time.perf_counter()
     errors = evaluate(model, org, exs, cached, start)
-    seconds = dict(cache=t1 - t0, train=spent + t2 - t1, evaluate=time.perf_counter() - t2)
+    seconds = dict(cache=t1 - t0, train=spent + t2 - t1, train_cpu=cpu + time.process_time() - c1,
+                   evaluate=time.perf_counter() - t2)
     return T.Fitted(model=model, losses=losses, seconds=seconds, errors=errors)
 
 
@@ -216,3 +219,30 @@ def train_organism(name: str, out: str | Path | None = None, steps: int | None =
     if name in KNOWN_ANSWER_READOUTS:
         write_reference(out, org, exs)
     return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m organisms.resumable", description="Train (or resume) an organism.")
+    ap.add_argument("name")
+    ap.add_argument("--out", default=None, help="adapter folder (default organisms/data/NAME)")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--afresh", action="store_true", help="ignore a checkpoint left by a stopped run")
+    args = ap.parse_args(argv)
+    clock = [time.perf_counter()]
+
+    def progress(step, loss):
+        now = time.perf_counter()
+        print(f"step {step + 1} loss {loss:.4f} {now - clock[0]:.1f}s", flush=True)
+        clock[0] = now
+
+    out = train_organism(args.name, args.out, args.steps, args.threads, resume=not args.afresh, progress=progress,
+                         log=lambda line: print(line, flush=True))
+    print(f"{args.name}: written to {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
