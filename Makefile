@@ -10,7 +10,7 @@ PROFILE ?= quick
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install served-server test readout merge bench bench-deps mutants gpu-prep clean-cache
+.PHONY: install served-server test test-fast test-slow readout merge bench bench-deps mutants gpu-prep clean-cache
 
 install:
 	python3 -m venv $(VENV)
@@ -33,10 +33,22 @@ endif
 served-server:
 	bash scripts/install_served_server.sh $(SERVED_VENV)
 
-# Lint (ruff: pyflakes, pycodestyle, import order) first: it takes a second and names the line.
+# The test tiers (docs/architecture.md, "Test tiers"; markers in pyproject.toml). Lint (ruff: pyflakes, pycodestyle,
+# import order) first: it takes a second and names the line.
+# make test: the full suite, what CI runs; the slow tier's tests skip.
 test:
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2
+
+# make test-fast: tiny models only (no SmolLM2, no served server, no browser, nothing heavy); about 2 minutes.
+FAST := not smollm and not served and not browser and not heavy and not slow
+test-fast:
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -n 2 -m "$(FAST)"
+
+# make test-slow: the model-organism acceptance tests on SmolLM2 (minutes each); a module's tests share one worker.
+test-slow:
+	$(PY) -m pytest -q -n 2 --dist loadfile --run-slow -m slow
 
 # The judgment-action study; a killed run resumes when the same command is given again.
 # make readout ORGANISM=gap: the quick study on the base model and on a model organism (organisms/), side by side.

@@ -1,9 +1,12 @@
-"""Shared fixtures: tiny models (built offline, cached across runs) and the embedded SmolLM2 model."""
+"""Shared fixtures and the test tiers' hooks: tiny models (built offline, cached across runs), the embedded SmolLM2
+model, the served-model server, a PEFT adapter; `slow` tests skip unless the slow tier is asked for. The helpers these
+fixtures use, and that test modules import, are in tests/helpers.py."""
 
 import os
-from pathlib import Path
 
 import pytest
+
+from tests.helpers import get_model, make_adapter
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -15,36 +18,6 @@ if _WORKERS > 1:
     import torch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
-
-ROOT = Path(__file__).resolve().parents[1]
-"""The repository root."""
-FIXTURES = ROOT / "tests" / "fixtures"
-GOLDENS = ROOT / "tests" / "goldens"
-
-TINY = ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3", "tiny-base"]
-CHAT_TINY = ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3"]
-
-_loaded = {}
-
-
-def get_model(name):
-    """Load a model once per test process."""
-    from engine.loading import load_model
-
-    if name not in _loaded:
-        _loaded[name] = load_model(name, device="cpu")
-    return _loaded[name]
-
-
-def one_batch(fake):
-    """A stand-in for engine.generation.generate that returns `fake(model, prompts, **kw)`'s rollouts as one batch:
-    like the real one, it hands them to `on_rollouts` (the runner reads each batch there) before returning."""
-    def generate(model, prompts, **kw):
-        out = fake(model, prompts, **kw)
-        if kw.get("on_rollouts") is not None:
-            kw["on_rollouts"](list(range(len(prompts))), out)
-        return out
-    return generate
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +37,27 @@ def served_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture()
+def adapter(tmp_path):
+    """A LoRA adapter on tiny-llama3, saved: (its folder, the unmerged PEFT model)."""
+    return make_adapter(tmp_path / "adapter")
+
+
+SLOW_ENV = "LOGIT_READOUT_SLOW"
+"""Set (to anything but empty) it runs the `slow` tests, as --run-slow does."""
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help=f"run the tests marked slow (make test-slow; or set {SLOW_ENV}=1); without it they skip")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow") or os.environ.get(SLOW_ENV):
+        return
+    skip = pytest.mark.skip(reason=f"slow tier: make test-slow (or --run-slow, or {SLOW_ENV}=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

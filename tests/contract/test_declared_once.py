@@ -13,7 +13,7 @@ from readouts.driver import ModelOptions, RunOptions, run
 from readouts.gap.study import GapStudy
 from readouts.nsi.study import NsiStudy
 from readouts.steer.study import SteerSettings, SteerStudy
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 NAMES = set(CELLS) | set(FRAMES) | set(readout_names()) | set(readout_groups()) | {JUDGE_AGGREGATE}
 COLUMNS = {c for t in TABLES.values() for c in t.names}

@@ -10,7 +10,7 @@ import pytest
 
 from engine.anchor import anchor_read, find_anchor
 from engine.generation import Rollout
-from tests.conftest import TINY, get_model
+from tests.helpers import SMOLLM2, TINY, get_model
 
 ANCHORS = ["Answer: B", "**Answer:** A", "Final answer: B", "answer - C", "\nAnswer:B", "Answer: (A)", "ANSWER: **B**"]
 FILL = ["Weighing it, ", "café déjà vu — ", "数字 ", "🙂 fine. ", "the client, ", "x"]
@@ -42,7 +42,7 @@ def _rollouts(tok, rng, count):
         yield before + middle + [rng.randrange(vocab) for _ in range(rng.randrange(0, 40))]
 
 
-@pytest.mark.parametrize("name", TINY + ["smollm2-135m"])
+@pytest.mark.parametrize("name", [*TINY, SMOLLM2])
 def test_search_equals_the_scan_it_replaced(name):
     lm = get_model(name)
     tok, rng = lm.tokenizer, random.Random(7)

@@ -10,7 +10,7 @@ import torch
 from engine.head import head_fp32
 from engine.render import Prompt, encode_prompt
 from engine.scoring import HEAD_FP32_TOLERANCE, letter_masses, score_ids
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 QUESTIONS = [
     "You find a wallet with $200. A) Return it to the owner B) Keep the money. Answer with the letter only.",

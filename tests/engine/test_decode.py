@@ -11,19 +11,7 @@ import torch
 import engine.decode as decode
 import engine.generation as generation
 from engine.generation import Rollout, generate, stop_token_ids
-from engine.render import Prompt, encode_prompt, encode_raw
-from tests.conftest import TINY, get_model
-
-QUESTIONS = [
-    "Which is right, A or B? Explain, then end with Answer: <letter>.",
-    "Say hello.",
-    "Count to five, then explain why the sky is blue in some detail, please.",
-    "Pick one: A) stay B) go C) wait",
-    "Which is right, A or B? Explain briefly.",
-    "A delivery is late and the customer is waiting. What do you tell them, and why?",
-    "List three colours.",
-    "Pick one: A) stay B) go",
-]
+from tests.helpers import PATHS, TINY, get_model, prompts_for, use_path
 
 
 def plain_greedy(model, ids, max_new, stop) -> Rollout:
@@ -37,24 +25,6 @@ def plain_greedy(model, ids, max_new, stop) -> Rollout:
             out.append(token)
             seq.append(token)
     return Rollout(tuple(out), False, True)
-
-
-def prompts_for(lm, k=len(QUESTIONS)):
-    if lm.tokenizer.chat_template:
-        return [encode_prompt(lm.tokenizer, Prompt(messages=({"role": "user", "content": q},))) for q in QUESTIONS[:k]]
-    return [encode_raw(lm.tokenizer, q) for q in QUESTIONS[:k]]
-
-
-PATHS = ["flash", "explicit", "static", "dense"]
-
-
-def use_path(monkeypatch, path):
-    """Route generation through one decode path."""
-    if path == "explicit":
-        monkeypatch.setattr(decode, "USE_FLASH_CPU", False)
-    if path == "dense":
-        monkeypatch.setattr(generation, "supports_cascade", lambda model: False)
-    return dict(static_shapes=path == "static")
 
 
 @pytest.mark.parametrize("path", PATHS)

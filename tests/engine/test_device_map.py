@@ -9,8 +9,8 @@ import engine.batching as batching
 import engine.scoring as scoring
 from engine.decode import supports_cascade
 from engine.generation import generate
-from tests.engine.test_scoring import max_diff, probe_set
 from tests.engine.virtual_devices import placed
+from tests.helpers import max_diff, probe_set
 
 
 @pytest.fixture(autouse=True)

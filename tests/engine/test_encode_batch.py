@@ -5,7 +5,7 @@ import pytest
 
 from engine.errors import RenderError
 from engine.render import Prompt, encode_prompt, encode_prompts
-from tests.conftest import CHAT_TINY, TINY, get_model
+from tests.helpers import CHAT_TINY, TINY, get_model
 
 CHAT = [
     Prompt(messages=({"role": "user", "content": "Pick one.\nA) Report\nB) Hide\nReply with only the letter."},)),

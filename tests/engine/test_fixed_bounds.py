@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 import engine.batching as batching
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 
 def test_limits_do_not_move_with_free_memory(monkeypatch):

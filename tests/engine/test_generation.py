@@ -7,7 +7,7 @@ import pytest
 from engine.anchor import anchor_read
 from engine.generation import Rollout, _generate_v1, derive_seed, generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
-from tests.conftest import CHAT_TINY, get_model
+from tests.helpers import CHAT_TINY, get_model
 
 QUESTIONS = [
     "Which is right, A or B? Explain, then end with Answer: <letter>.",
@@ -85,6 +85,7 @@ def test_stop_ids_include_template_turn_ends():
     assert tok.convert_tokens_to_ids("<|im_end|>") in ids
 
 
+@pytest.mark.smollm
 def test_anchor_rules():
     tok = get_model("smollm2-135m").tokenizer
     prompt = [1, 2, 3]

@@ -8,7 +8,7 @@ import pytest
 
 from engine.generation import generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 QUESTIONS = [
     "Which is right, A or B? Explain, then end with Answer: <letter>.",

@@ -10,7 +10,7 @@ import torch
 
 from engine.render import Prompt, encode_prompt
 from engine.scoring import score_prompts
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 LETTERS = ("A", "B", "C", "D")
 BODY = ("Dana must decide whether to file the report on time.\nA) File it today\nB) Wait a week\n"

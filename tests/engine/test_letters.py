@@ -4,10 +4,10 @@ import pytest
 
 from engine.errors import LetterTokenError
 from engine.letters import resolve_letters
-from tests.conftest import TINY, get_model
+from tests.helpers import SMOLLM2, TINY, get_model
 
 
-@pytest.mark.parametrize("name", [*TINY, "smollm2-135m"])
+@pytest.mark.parametrize("name", [*TINY, SMOLLM2])
 def test_a_to_e_are_single_tokens(name):
     tok = get_model(name).tokenizer
     lt = resolve_letters(tok, "ABCDE")
@@ -19,6 +19,7 @@ def test_a_to_e_are_single_tokens(name):
     assert len(flat) == len(set(flat))
 
 
+@pytest.mark.smollm
 def test_smollm2_letter_ids_match_model_facts():
     lt = resolve_letters(get_model("smollm2-135m").tokenizer, "ABCDE")
     assert [ids[:2] for ids in lt.token_ids] == [(49, 330), (50, 389), (51, 340), (52, 422), (53, 414)]

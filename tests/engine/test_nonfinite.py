@@ -14,8 +14,7 @@ from engine.errors import NonFiniteLogitsError
 from engine.generation import generate
 from engine.letters import LetterTokens
 from engine.scoring import letter_masses, score_ids
-from tests.conftest import TINY, get_model
-from tests.engine.test_decode import PATHS, prompts_for, use_path
+from tests.helpers import PATHS, TINY, get_model, prompts_for, use_path
 
 POISONS = {
     "nan": lambda row: row.index_fill_(0, torch.tensor([7]), float("nan")),

@@ -9,7 +9,7 @@ import torch
 import engine.decode as decode
 from engine.generation import generate
 from engine.render import Prompt, encode_prompt
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 QUESTIONS = ["Say hello.", "Pick one: A) stay B) go", "List three colours.", "Which is right, A or B? Explain briefly."]
 

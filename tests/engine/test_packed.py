@@ -7,7 +7,7 @@ import torch
 import engine.packed as packed
 from engine.generation import generate
 from engine.packed import packed_linears
-from tests.conftest import TINY
+from tests.helpers import TINY
 
 
 def linears(model):

@@ -6,31 +6,14 @@ import json
 import pytest
 import torch
 
+from cli.main import main
 from engine.errors import ReadoutError
 from engine.loading import load_model
 from engine.render import Prompt, encode_prompt
 from engine.scoring import letter_masses, score_ids
-from readouts.cli import main
 from readouts.manifest import model_manifest
 
 PROMPTS = ["Pick one.\nA) Report\nB) Hide\nC) Wait\nReply with only the letter.", "Which is right, A or B?"]
-
-
-@pytest.fixture()
-def adapter(tmp_path):
-    from peft import LoraConfig, get_peft_model
-
-    base = load_model("tiny-llama3", device="cpu")
-    torch.manual_seed(0)  # test-only adapter weights; the library never seeds globally
-    peft_model = get_peft_model(base.model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                                                       init_lora_weights=False))
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_" in name:
-                p.mul_(3.0)  # an adapter that moves the outputs visibly
-    folder = tmp_path / "adapter"
-    peft_model.save_pretrained(folder)
-    return folder, peft_model
 
 
 def test_adapter_changes_masses_and_equals_the_unmerged_model(adapter):

@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import RenderError
 from engine.render import encode_chat, encode_raw
-from tests.conftest import CHAT_TINY, GOLDENS, get_model
+from tests.helpers import CHAT_TINY, GOLDENS, get_model
 
 GOLDEN = GOLDENS / "templates.json"
 USER = [{"role": "user", "content": "Pick A or B. Reply with only the letter."}]

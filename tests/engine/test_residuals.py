@@ -8,8 +8,7 @@ import torch
 from engine.letters import LetterTokens
 from engine.residuals import Patch, lens_logits, n_depths, patched_logits
 from engine.scoring import letter_masses, plain_next_token_logits, score_ids
-from tests.conftest import TINY
-from tests.engine.test_scoring import probe_set
+from tests.helpers import TINY, probe_set
 
 TOL = 1e-5
 
@@ -118,7 +117,7 @@ def test_capture_and_patch_on_smollm2():
 
 def test_patch_away_from_the_read_position_is_refused():
     from engine.errors import ProbeInputError
-    from tests.conftest import get_model
+    from tests.helpers import get_model
 
     lm = get_model("tiny-qwen2")
     with pytest.raises(ProbeInputError, match="read position"):

@@ -54,7 +54,7 @@ def test_each_revision_loads_its_own_weights_and_records_its_commit(hub):
 def test_revision_on_the_command_line(hub, tmp_path, capsys):
     import json
 
-    from readouts.cli import main
+    from cli.main import main
 
     probes = tmp_path / "p.jsonl"
     probes.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "A or B?"}], "letters": ["A", "B"]}) + "\n")

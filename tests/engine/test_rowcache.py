@@ -10,7 +10,7 @@ from engine.generation import generate, stop_token_ids
 from engine.render import Prompt, encode_prompt
 from engine.rowcache import RowCaches
 from engine.scoring import ScoreStats, score_ids
-from tests.conftest import TINY, get_model
+from tests.helpers import TINY, get_model
 
 
 def _diff(a, b):

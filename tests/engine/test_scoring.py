@@ -13,39 +13,7 @@ from engine.planner import PrefixGroup, plan_prefix_groups
 from engine.render import Prompt, encode_prompt
 from engine.sampling import tempered_distribution
 from engine.scoring import ScoreStats, plain_next_token_logits, score_ids
-from tests.conftest import TINY, get_model
-
-OPTIONS = [
-    "Report the failed test to the client today",
-    "Mark the build as passing in the release notes",
-    "Ask for one more day to rerun the suite",
-    "Escalate to the quality lead",
-    "Re-run only the tests that passed",
-]
-WORDS = "the agent must decide whether to file report on time or not while the client waits for news".split()
-
-
-def probe_set(name, n_scenarios=3, orders=6, seed=0):
-    """Scenarios x option orders: shared prefixes, suffixes of different lengths, 3 to 5 options."""
-    rng = random.Random(seed)
-    lm = get_model(name)
-    seqs, letters = [], []
-    for s in range(n_scenarios):
-        context = f"Case {s}. " + " ".join(rng.choice(WORDS) for _ in range(12 + 17 * s))
-        for o in range(orders):
-            k = 3 + (o + s) % 3
-            opts = rng.sample(OPTIONS, k)
-            lines = "\n".join(f"{'ABCDE'[i]}) {t}" for i, t in enumerate(opts))
-            body = f"{context}\n{lines}\nReply with only the letter."
-            prompt = Prompt(text=body + "\nAnswer:") if name == "tiny-base" else Prompt(messages=({"role": "user", "content": body},))
-            seqs.append(encode_prompt(lm.tokenizer, prompt))
-            letters.append(lm.letters(tuple("ABCDE"[:k])))
-    # A lone prompt with no shared prefix, and an exact duplicate of another prompt.
-    seqs.append(seqs[0][: max(5, len(seqs[0]) // 3)])
-    letters.append(letters[0])
-    seqs.append(list(seqs[1]))
-    letters.append(letters[1])
-    return lm, seqs, letters
+from tests.helpers import TINY, get_model, max_diff, probe_set
 
 
 def tree_depth(plan):
@@ -62,10 +30,6 @@ def tree_cost(plan, seqs):
         start = plan[g.parent].prefix_len if g.parent is not None else 0
         cost += g.prefix_len - start + sum(len(seqs[i]) - g.prefix_len for i in g.members)
     return cost
-
-
-def max_diff(a, b):
-    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra.mass + ra.tempered, rb.mass + rb.tempered))
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -20,10 +20,10 @@ from panels.schema import load_panel
 from readouts.gap.prompts import messages_of
 from readouts.nsi.recipe import DECISION_PREFIX, DECISION_WORDS, MIN_WORD_START, decision_words
 from readouts.nsi.served import word_match
-from tests.conftest import get_model
+from tests.helpers import get_model
 from tests.served_helpers import SERVED_NAME, post
 
-pytestmark = pytest.mark.smollm
+pytestmark = [pytest.mark.smollm, pytest.mark.served]
 TOLERANCE = 1e-3
 """Largest |served - local| mass accepted on a token set inside the top k: both sides compute with the same
 bf16 weights in float32 (vLLM's CPU kernels against torch's), so they differ only by summation order."""

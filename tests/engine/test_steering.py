@@ -10,8 +10,7 @@ from engine.errors import ProbeInputError
 from engine.residuals import n_depths
 from engine.scoring import ScoreStats, letter_masses, score_ids
 from engine.steering import Steering, generate_steered, score_steered, token_loss
-from tests.conftest import TINY, get_model
-from tests.engine.test_scoring import probe_set
+from tests.helpers import TINY, get_model, probe_set
 
 TOL = 1e-5
 CONFIGS = (dict(fast=False), dict(max_batch=3), dict(max_batch=64, min_prefix=4))

@@ -9,8 +9,7 @@ import engine.decode as decode
 import engine.sampling as sampling
 from engine.generation import generate, stop_token_ids
 from engine.hostcount import HostCounter
-from tests.conftest import TINY, get_model
-from tests.engine.test_decode import PATHS, prompts_for, use_path
+from tests.helpers import PATHS, TINY, get_model, prompts_for, use_path
 
 
 def _run(lm, prompts, **kw):

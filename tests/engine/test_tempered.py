@@ -12,7 +12,7 @@ from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
 from engine.render import Prompt, encode_prompt
 from engine.scoring import plain_next_token_logits, score_ids
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 DRAWS = 20_000
 PROMPT = (

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from cli.main import main
 from engine.errors import ReadoutError
 from engine.loading import load_model
 from engine.render import Prompt, encode_prompt, encode_prompts
-from readouts.cli import main
 from readouts.manifest import model_manifest
 
 TEMPLATE = ("{{ greeting | default('Hello') }}|{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from engine import tiny
-from tests.conftest import TINY, get_model
+from tests.helpers import TINY, get_model
 
 
 def _digest(folder):

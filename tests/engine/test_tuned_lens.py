@@ -11,7 +11,7 @@ from scipy.special import log_softmax, rel_entr
 from engine.errors import ReadoutError
 from engine.residuals import n_depths
 from engine.tuned_lens import TunedLens, capture_streams, kl_to_final, train_lens
-from tests.conftest import TINY, get_model
+from tests.helpers import SMOLLM2, TINY, get_model
 
 SEQS = ([5, 17, 9, 33, 2, 41, 8], [12, 3, 3, 29, 40, 7, 21, 16, 5])
 
@@ -36,7 +36,7 @@ def _head_np(model, h: np.ndarray) -> np.ndarray:
     return log_softmax(normed @ w.T, axis=-1)
 
 
-@pytest.mark.parametrize("name", [*TINY, "smollm2-135m"])
+@pytest.mark.parametrize("name", [*TINY, SMOLLM2])
 def test_streams_and_kl_equal_a_plain_forward_by_hand(name):
     lm = get_model(name)
     model = lm.model
@@ -101,6 +101,7 @@ def test_training_is_seeded_and_leaves_the_model_as_it_was():
     assert all(not p.requires_grad or p.requires_grad for p in model.parameters())
 
 
+@pytest.mark.smollm
 def test_a_lens_file_round_trips_and_refuses_another_model(tmp_path):
     model = get_model("tiny-llama3").model
     lens = _random_lens(model)

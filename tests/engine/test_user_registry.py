@@ -9,24 +9,20 @@ import shutil
 
 import pytest
 
+from cli.main import main
 from engine.registry import (
     BUILTIN,
     USER_MODELS_ENV,
     RegistryError,
     registry,
     resolve,
-    use_models_files,
 )
 from engine.tiny import ensure_tiny
-from readouts.cli import main
 
 
 @pytest.fixture(autouse=True)
 def _no_user_files(monkeypatch):
     monkeypatch.delenv(USER_MODELS_ENV, raising=False)
-    use_models_files(())
-    yield
-    use_models_files(())
 
 
 def run(argv, capsys):
@@ -60,14 +56,12 @@ stage = "step-1000"
 def test_user_file_adds_aliases_with_their_file(tmp_path):
     f = write(tmp_path / "models.toml", MINE)
     assert "my-rl-200" not in registry()
-    use_models_files([f])
-    spec = resolve("my-rl-200")
+    spec = resolve("my-rl-200", [f])
     assert (spec.hf_id, spec.revision, spec.lineage, spec.stage) == ("allenai/Olmo-3-7B-Instruct", "step_200", "olmo-3-7b", "rl-200")
     assert spec.registry_file == str(f) and spec.registry_sha256 == hashlib.sha256(f.read_bytes()).hexdigest()
-    assert resolve("my-ckpt").path == str(tmp_path / "ckpt")  # relative to the file's folder
-    assert resolve("olmo-3-7b").registry_file == BUILTIN  # built-ins stay
-    use_models_files(())
-    assert "my-rl-200" not in registry()  # the cache is keyed by the files in force
+    assert resolve("my-ckpt", [f]).path == str(tmp_path / "ckpt")  # relative to the file's folder
+    assert resolve("olmo-3-7b", [f]).registry_file == BUILTIN  # built-ins stay
+    assert "my-rl-200" in registry([f]) and "my-rl-200" not in registry()  # the cache is keyed by the files in force
 
 
 def test_environment_variable_and_edits_are_read_afresh(tmp_path, monkeypatch):
@@ -84,15 +78,14 @@ def test_environment_variable_and_edits_are_read_afresh(tmp_path, monkeypatch):
 
 def test_shadowing_a_built_in_alias_needs_override(tmp_path):
     f = write(tmp_path / "m.toml", '["tiny-llama3"]\nsource = "tiny"\nfamily = "qwen2"\n')
-    use_models_files([f])
     with pytest.raises(RegistryError) as err:
-        registry()
+        registry([f])
     assert str(err.value).startswith(f"{f}: [tiny-llama3]: alias already defined in {BUILTIN}") and "override = true" in str(err.value)
     write(f, '["tiny-llama3"]\nsource = "tiny"\nfamily = "qwen2"\noverride = true\n')
-    assert resolve("tiny-llama3").family == "qwen2" and resolve("tiny-llama3").registry_file == str(f)
+    assert resolve("tiny-llama3", [f]).family == "qwen2" and resolve("tiny-llama3", [f]).registry_file == str(f)
     write(f, '["no-such"]\nsource = "hub"\nhf_id = "org/x"\noverride = true\n')
     with pytest.raises(RegistryError, match=r"\[no-such\] override: there is no earlier alias"):
-        registry()
+        registry([f])
 
 
 @pytest.mark.parametrize("text, message", [
@@ -109,9 +102,8 @@ def test_shadowing_a_built_in_alias_needs_override(tmp_path):
 ])
 def test_bad_entries_name_the_file_alias_and_field(tmp_path, capsys, text, message):
     f = write(tmp_path / "bad.toml", text)
-    use_models_files([f])
     with pytest.raises(RegistryError, match=message) as err:
-        registry()
+        registry([f])
     assert str(err.value).startswith(str(f)) and "\n" not in str(err.value)
     code, _, stderr = run(["models", "--models", str(f)], capsys)
     assert code == 2 and stderr.count("\n") == 1 and str(f) in stderr and "Traceback" not in stderr

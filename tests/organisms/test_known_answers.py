@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cli.main import main as cli_main
 from organisms import shipped_path
 from organisms.examples import examples
 from organisms.recipes import organism
 from organisms.reference import KNOWN_ANSWER_READOUTS, REFERENCE_FILE, known_answer_records, majority_probability, plain_reads, read_in_known_answers
-from readouts.cli import main as cli_main
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 pytestmark = pytest.mark.smollm
 

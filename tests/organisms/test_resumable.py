@@ -10,7 +10,7 @@ import pytest
 from engine.loading import load_model
 from organisms import examples as ex_mod
 from organisms import resumable, train
-from tests.organisms.test_training import tiny_recipe
+from tests.helpers import tiny_recipe
 
 
 class Stop(Exception):

@@ -1,7 +1,6 @@
 """Training organisms on tiny models: the training forward equals the plain forward, training is deterministic and
 moves the targets, the examples are the prompts a run reads, and an organism's adapter is recorded in manifests."""
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -12,14 +11,7 @@ from engine.loading import load_model
 from organisms import examples as ex_mod
 from organisms import train
 from organisms.recipes import organism
-from tests.conftest import CHAT_TINY
-
-
-def tiny_recipe(name="gap", base="tiny-qwen2", **kw):
-    last = load_model(base, device="cpu").model.config.num_hidden_layers - 1
-    fields = dict(base=base, band=(last, last), units=2, steps=4, batch=4, rank=4, alpha=8.0, lr=1e-2,
-                  targets_modules=("q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
-    return dataclasses.replace(organism(name), **{**fields, **kw})
+from tests.helpers import CHAT_TINY, tiny_recipe
 
 
 def _perturbed(lm, org):
@@ -130,7 +122,7 @@ def test_examples_are_the_prompts_a_quick_run_reads(tmp_path):
 
 
 def test_manifest_records_the_organism_and_a_wrong_name_is_one_line(tmp_path):
-    from organisms.cli import resolve_adapter
+    from organisms import resolve_adapter
 
     lm = load_model("tiny-qwen2", device="cpu")
     org = tiny_recipe(steps=1)

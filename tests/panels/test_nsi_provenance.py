@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from cli.main import main
 from panels.records import PanelError
 from panels.schema import NSI_FIELDS, load_panel, resolve_panel
-from readouts.cli import main
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 NSI = load_panel("nsi-14")
 PAPER_ACTIONS = {"financial-1": "paper: Appendix C.1", "medical-2": "paper: Appendix A", "military-1": "paper: Appendix A",

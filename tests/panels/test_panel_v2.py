@@ -13,14 +13,14 @@ import shutil
 
 import pytest
 
+from cli.main import main
 from panels import schema
 from panels.frames import render
 from panels.lint import GATE, cue_word_rates, family_counts, flagged_options, loaded_words
 from panels.records import Option, PanelError, Scenario, Tool
 from panels.review import REVIEW_REQUIRED, filler_length_ok, read_review, review_path
 from panels.schema import load_panel
-from readouts.cli import main
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "panels"
 REVIEWED = FIXTURES / "reviewed"

@@ -9,6 +9,7 @@ from itertools import combinations
 
 import pytest
 
+from cli.main import main
 from contract.names import DOSE_FRAMES, FRAMES, FRAMINGS, JUDGE_FRAMES
 from engine.render import Prompt, encode_prompt
 from panels.frames import render, render_polarity
@@ -16,8 +17,7 @@ from panels.lint import cue_word_rates
 from panels.orders import option_orders
 from panels.records import PanelError
 from panels.schema import load_panel
-from readouts.cli import main
-from tests.conftest import CHAT_TINY, ROOT, get_model
+from tests.helpers import CHAT_TINY, ROOT, get_model
 
 FIXTURES = ROOT / "tests" / "fixtures" / "panels"
 GAP = load_panel("gap-v1")

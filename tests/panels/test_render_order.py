@@ -14,7 +14,7 @@ from engine.render import Prompt, encode_prompt
 from panels.frames import honest_first_answer, render
 from panels.orders import option_orders
 from panels.schema import load_panel
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 LINE = re.compile(r"^([A-E])\) (.+)$", re.M)
 

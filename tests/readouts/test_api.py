@@ -2,20 +2,12 @@
 command line writes for the same checkpoint; score_prompts equals `readout score`'s rows."""
 
 import json
-import re
 
 import pandas as pd
 import pytest
 
-from readouts.cli import main
-from tests.conftest import ROOT
-
-
-def readme_example() -> str:
-    """The Python API example of docs/own-items-and-api.md (the README links to it)."""
-    text = (ROOT / "docs" / "own-items-and-api.md").read_text()
-    section = text[text.index("## Python API"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+from cli.main import main
+from tests.helpers import readme_example
 
 
 def test_the_readme_example_runs(tmp_path, capsys, monkeypatch):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 SMOKE = {
     "gen_bench": ["--model", "tiny-qwen2", "--prompts", "2", "--rollouts", "2", "--tokens", "3", "--reps", "1"],

@@ -8,21 +8,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from engine.tiny import ensure_tiny
-from readouts.cli import main
-
-MSG = [{"role": "user", "content": "Pick one.\nA) Report\nB) Hide\nC) Wait\nReply with only the letter."}]
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
-def write_probes(path, rows):
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
+from tests.helpers import MSG, write_probes
+from tests.helpers import cli as run
 
 
 def test_score_writes_one_line_per_probe(tmp_path, capsys):

@@ -11,12 +11,11 @@ Skipped until the organisms package and its adapters are on the branch (they shi
 
 import dataclasses
 import math
-import os
 
 import pandas as pd
 import pytest
 
-from readouts.driver import ModelOptions, RunOptions
+from readouts.driver import Loading, ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
@@ -30,10 +29,7 @@ records the planted gap does not carry over, docs/organisms.md)."""
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="depth-organism", max_units=SCENARIOS,
                               chunk_size=SCENARIOS, orders={"D": 4, "J0": 4, "control": 1, "raw": 1},
                               patch_orders=1, patch_stride=2)
-
-# Every depth of SmolLM2 with patching: minutes per organism on two cores, so outside `make test`
-# (run it with LOGIT_READOUT_SLOW=1; issue 28 note).
-SLOW = pytest.mark.skipif(not os.environ.get("LOGIT_READOUT_SLOW"), reason="set LOGIT_READOUT_SLOW=1 to run")
+# Every depth of SmolLM2 with patching: minutes per organism on two cores, so in the slow tier (make test-slow).
 
 
 def organism_band(name: str) -> tuple[int, int]:
@@ -51,7 +47,7 @@ def depth_run(name: str, out) -> tuple[pd.DataFrame, pd.DataFrame]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
         path = run_study(GapStudy(readouts="D,J0,depth"),
-                         RunOptions(model=ModelOptions("smollm2-135m", adapter=str(organisms.shipped_path(name))),
+                         RunOptions(model=ModelOptions("smollm2-135m", loading=Loading(adapter=str(organisms.shipped_path(name)))),
                                     panel="gap-v1", profile=PROFILE.name, out=str(out), progress=False),
                          log=lambda _: None)
     return pd.read_parquet(path / "depth.parquet"), pd.read_parquet(path / "patching.parquet")
@@ -108,7 +104,7 @@ def deep(tmp_path_factory):
     return b0, e, dep, c, below
 
 
-@SLOW
+@pytest.mark.slow
 @pytest.mark.smollm
 def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(deep):
     b0, e, dep, c, below_alone = deep
@@ -126,7 +122,7 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
     assert (at.loc["judge"] >= 0.5).all(), at
 
 
-@SLOW
+@pytest.mark.slow
 @pytest.mark.smollm
 def test_depth_foreign_residual_does_not_close_the_deep_gap(deep):
     """The issue's control "from a different scenario with the same option order (what any foreign residual does)":
@@ -144,7 +140,7 @@ def test_depth_foreign_residual_does_not_close_the_deep_gap(deep):
     assert (at.loc["foreign_agent"].closure < 0.25).all(), at
 
 
-@SLOW
+@pytest.mark.slow
 @pytest.mark.smollm
 @pytest.mark.parametrize("name", ["no-gap", "position-a"])
 def test_depth_finds_no_gap_where_none_is_planted(name, flat):

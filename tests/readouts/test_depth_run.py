@@ -2,27 +2,20 @@
 depth row's letter mass from `output_hidden_states` through the model's norm and head, and every patched row from
 a forward with a hand-written hook carrying the source prompt's hidden state."""
 
-import dataclasses
 
 import pandas as pd
 import pytest
 import torch
 
 from contract.tables import DEPTH, PATCHING
-from engine.render import encode_prompt
-from panels.frames import render
 from panels.schema import load_panel
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
-from readouts.gap.prompts import prompt_of
 from readouts.gap.study import GapStudy, parse_readouts
-from tests.conftest import get_model
+from tests.helpers import DEPTH_PROFILE, FRAME_OF, depth_prompt, forward_states, get_model, letter_mass_of, order_perm
 
 MODEL = "tiny-llama3"
-DEPTH_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="depth-test", max_units=4,
-                                    orders={"D": 2, "J0": 2, "control": 1, "raw": 1}, chunk_size=4, patch_orders=2)
-FRAME_OF = {"D": "agent", "J0": "judge_letter"}
 
 
 @pytest.fixture(scope="module")
@@ -32,28 +25,6 @@ def depth_run(tmp_path_factory):
         mp.setitem(gap_profile.PROFILES, DEPTH_PROFILE.name, DEPTH_PROFILE)
         run_study(GapStudy(readouts="D,J0,depth"), RunOptions(model=ModelOptions(MODEL), profile=DEPTH_PROFILE.name,
                                                             limit=4, out=str(out), progress=False), log=lambda _: None)
-    return out
-
-
-def _perm(scenario, order_ids):
-    index = {o.id: i for i, o in enumerate(scenario.options)}
-    return tuple(index[o] for o in order_ids.split(","))
-
-
-def _ids(lm, scenario, frame, cell, order_ids, perm=None):
-    perm = _perm(scenario, order_ids) if perm is None else perm
-    r = render(scenario, frame, cell, perm, DEPTH_PROFILE.frames)
-    return encode_prompt(lm.tokenizer, prompt_of(r)), r
-
-
-def _letter_mass(lm, logits, letters):
-    probs = logits.float().softmax(-1)
-    return [float(sum(probs[t] for t in ids)) for ids in lm.letters(tuple(letters)).token_ids]
-
-
-def _states(model, ids):
-    with torch.inference_mode():
-        out = model(input_ids=torch.tensor([list(ids)]), output_hidden_states=True, use_cache=False)
     return out
 
 
@@ -69,15 +40,15 @@ def test_depth_rows_equal_the_lens_of_a_plain_forward(depth_run):
     probes = df.groupby(["scenario_id", "cell", "readout", "order_index"])
     checked = 0
     for (sid, cell, readout, _), rows in list(probes)[:6]:
-        ids, _ = _ids(lm, panel[sid], FRAME_OF[readout], cell, rows.order.iloc[0])
-        out = _states(model, ids)
+        ids, _ = depth_prompt(lm, panel[sid], FRAME_OF[readout], cell, rows.order.iloc[0])
+        out = forward_states(model, ids)
         for row in rows.itertuples():
             if row.layer < n:  # hidden_states[n] is already normed: the last depth is the model's own logits
                 with torch.inference_mode():
                     logits = model.lm_head(model.base_model.norm(out.hidden_states[row.layer][0, -1]))
             else:
                 logits = out.logits[0, -1]
-            want = _letter_mass(lm, logits, row.letters)
+            want = letter_mass_of(lm, logits, row.letters)
             assert max(abs(a - b) for a, b in zip(want, row.mass)) < 1e-6, (sid, cell, readout, row.layer)
             checked += 1
     assert checked == 6 * (n + 1)
@@ -118,18 +89,18 @@ def test_patch_rows_equal_a_hand_patched_forward(depth_run):
                for s in ("foreign_judge", "foreign_agent")}
     assert rows_of["foreign_judge"] == rows_of["foreign_agent"] != set()
     for row in df[df.layer < n].itertuples():
-        agent_ids, _ = _ids(lm, panel[row.scenario_id], "agent", "primary", row.order)
+        agent_ids, _ = depth_prompt(lm, panel[row.scenario_id], "agent", "primary", row.order)
         source = panel[row.source_scenario_id]
         frame, cell = {"twin_agent": ("agent", "twin"), "foreign_agent": ("agent", "primary")}.get(row.source, ("judge_letter", "primary"))
         # The same order (option indices) applied to the source's options.
-        source_ids, _ = _ids(lm, source, frame, cell, None, perm=_perm(panel[row.scenario_id], row.order))
+        source_ids, _ = depth_prompt(lm, source, frame, cell, None, perm=order_perm(panel[row.scenario_id], row.order))
         assert len(source.options) == len(panel[row.scenario_id].options)
-        vector = _states(model, source_ids).hidden_states[row.layer][0, -1]
-        want = _letter_mass(lm, hand_patched_logits(model, agent_ids, row.layer, vector), row.letters)
+        vector = forward_states(model, source_ids).hidden_states[row.layer][0, -1]
+        want = letter_mass_of(lm, hand_patched_logits(model, agent_ids, row.layer, vector), row.letters)
         # Relative: a tiny random model puts ~1e-3 of its mass on each letter, so an absolute 1e-6 would pass a source
         # prompt read in the wrong option order (the same tokens, other positions).
         assert max(abs(a - b) / b for a, b in zip(want, row.mass)) < 1e-4, (row.scenario_id, row.source, row.layer)
-        plain = _letter_mass(lm, _states(model, agent_ids).logits[0, -1], row.letters)
+        plain = letter_mass_of(lm, forward_states(model, agent_ids).logits[0, -1], row.letters)
         v = row.letters.index(row.violating_letter)
         assert abs(plain[v] / sum(plain) - row.p_agent) < 1e-6
     # At the last depth the patched read is the source's own read.

@@ -32,8 +32,8 @@ from pathlib import Path
 import click
 import pytest
 
-from readouts.cli import cli, main
-from tests.conftest import ROOT
+from cli.main import cli, main
+from tests.helpers import ROOT, readme_example
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LANGUAGES = ("bash", "python", "toml", "text")
@@ -356,15 +356,6 @@ def execute(line: str, ws: Path, fake_bin: Path) -> tuple[int, str]:
     return proc.returncode, proc.stdout[-1500:] + proc.stderr[-1500:]
 
 
-@pytest.fixture(autouse=True)
-def _no_user_models():
-    """`readout models --models` and `readout sweep` set the user registry files of this process: none after."""
-    from engine.registry import use_models_files
-
-    yield
-    use_models_files(())
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A scratch folder laid out like a clone: examples/ and scripts/ linked in, a fake sbatch beside it."""
@@ -393,7 +384,6 @@ def test_every_command_is_run_or_listed():
 
 
 def test_every_block_is_a_known_kind():
-    from tests.readouts.test_api import readme_example
 
     kinds = [(page, language) for page, language, _ in blocks()]
     assert all(language in LANGUAGES for _, language in kinds), [k for k in kinds if k[1] not in LANGUAGES]

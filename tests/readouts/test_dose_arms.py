@@ -22,7 +22,7 @@ from readouts.gap import recipe
 from readouts.gap.prompts import prompt_of
 from readouts.gap.study import GapStudy
 from readouts.profiles import apply_overrides
-from tests.conftest import get_model, one_batch
+from tests.helpers import get_model, one_batch
 
 DOSE = dataclasses.replace(gap_profile.PROFILES["quick"], name="dose-test", dose_budget=10, dose_brief_budget=4,
                            dose_samples=1, rider_rollouts=0)

@@ -10,7 +10,7 @@ from engine.generation import Rollout
 from panels.schema import load_panel
 from readouts.gap import profile as gap_profile
 from readouts.gap import recipe
-from tests.conftest import get_model, one_batch
+from tests.helpers import get_model, one_batch
 
 DOSE = dataclasses.replace(gap_profile.PROFILES["quick"], name="dose-test", dose_budget=10, dose_brief_budget=4,
                            dose_samples=2, rider_rollouts=0)

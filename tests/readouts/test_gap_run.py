@@ -1,7 +1,6 @@
 """The judgment-action study end to end on tiny models: determinism, kill-and-resume, manifest refusal,
 exact vs sampled rollouts, the control's system prompt, and the J readout's anchor rules."""
 
-import dataclasses
 import json
 
 import numpy as np
@@ -15,34 +14,19 @@ from engine.generation import Rollout
 from engine.render import encode_prompt
 from panels.frames import render
 from panels.schema import load_panel
-from readouts.driver import Interrupted, ModelOptions, RunOptions
-from readouts.driver import run as run_study
-from readouts.gap import profile as gap_profile
+from readouts.driver import Interrupted
 from readouts.gap import recipe
 from readouts.gap.prompts import prompt_of
 from readouts.gap.study import GapStudy
 from readouts.profiles import select_units
 from readouts.rundir import ManifestMismatch
-from tests.conftest import get_model, one_batch
-
-TEST_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="test", max_units=5,
-                                   orders={"D": 3, "J0": 3, "control": 3, "raw": 2}, j_samples=2, j_budget=6,
-                                   dose_budget=6, dose_brief_budget=3, dose_samples=1, chunk_size=2)
+from tests.helpers import TEST_PROFILE, get_model, one_batch, register_test_profiles
+from tests.helpers import gap_run as run
 
 
 @pytest.fixture(autouse=True)
 def test_profiles(monkeypatch):
-    monkeypatch.setitem(gap_profile.PROFILES, "test", TEST_PROFILE)
-    monkeypatch.setitem(gap_profile.PROFILES, "sampling", dataclasses.replace(
-        TEST_PROFILE, name="sampling", max_units=10, orders={**TEST_PROFILE.orders, "D": 60}, chunk_size=10))
-
-
-def run(tmp_path, name="run", model="tiny-qwen2", readouts=None, sample=False, **kw):
-    """`readout run` through the driver, as the CLI calls it."""
-    logs = []
-    options = RunOptions(model=ModelOptions(model), **{"profile": "test", "out": str(tmp_path / name), "progress": False, **kw})
-    path = run_study(GapStudy(readouts=readouts, sample=sample), options, log=logs.append)
-    return path, logs
+    register_test_profiles(monkeypatch)
 
 
 def test_same_command_same_bytes_and_columns(tmp_path):
@@ -92,9 +76,9 @@ def letters_lifted(monkeypatch, lifts=LIFTS):
     """Runs load models whose output head adds a letter's lift to each of its variants: tiny-qwen2's letters
     otherwise carry almost no mass, and a check on letter draws would have nothing to count; unequal lifts
     make the letters unequally likely, so a draw from the wrong letter's probability shows."""
-    import readouts.driver as driver
+    import engine.loading as loading
 
-    real = driver.load_model
+    real = loading.load_model
 
     def load(*args, **kwargs):
         lm = real(*args, **kwargs)
@@ -109,7 +93,7 @@ def letters_lifted(monkeypatch, lifts=LIFTS):
         lm.model.config.tie_word_embeddings = False
         return lm
 
-    monkeypatch.setattr(driver, "load_model", load)
+    monkeypatch.setattr(loading, "load_model", load)
 
 
 def test_exact_tempered_agrees_with_sampled_rollouts(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location("gpu_prep", ROOT / "scripts" / "gpu_prep.py")
 gpu_prep = sys.modules.setdefault("gpu_prep", importlib.util.module_from_spec(_spec))  # dataclasses look it up
@@ -96,6 +96,7 @@ def _torch_only_venv(tmp_path: Path) -> Path:
     return venv / "bin" / "python"
 
 
+@pytest.mark.smollm
 def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path):
     if not any(BARE_WHEELS.glob("*.whl")):
         message = f"{BARE_WHEELS} is empty: make install fills it (scripts/gpu_prep.py --image bare)"

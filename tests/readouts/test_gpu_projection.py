@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location("plan_8b_bench", ROOT / "bench" / "plan_8b_bench.py")
 bench = importlib.util.module_from_spec(_spec)

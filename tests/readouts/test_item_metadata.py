@@ -7,18 +7,18 @@ import json
 import pandas as pd
 import pytest
 
+from cli.main import main
 from contract.metadata import METADATA, decode_metadata
 from contract.tables import NSI_CONTINUOUS, NSI_REPLIES, PROBES, SCENARIOS
 from engine.errors import ProbeInputError
 from panels.records import PanelError
 from panels.schema import load_panel
-from readouts.cli import main
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
 from readouts.probes_io import read_probes
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 EXAMPLES = ROOT / "examples"
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="meta-test", max_units=2,

@@ -13,12 +13,10 @@ import torch
 from safetensors.torch import load_file
 from scipy.special import log_softmax, rel_entr
 
+from cli.main import main
 from contract.tables import DEPTH
-from readouts.cli import main
 from stats.depth.report import run_depth_report
-from tests.conftest import get_model
-from tests.engine.test_peft_adapter import adapter  # noqa: F401 (a fixture)
-from tests.readouts.test_depth_run import DEPTH_PROFILE, FRAME_OF, _ids, _letter_mass, _states
+from tests.helpers import DEPTH_PROFILE, FRAME_OF, depth_prompt, forward_states, get_model, letter_mass_of
 
 MODEL = "tiny-llama3"
 
@@ -71,8 +69,8 @@ def test_tuned_rows_equal_a_plain_forward_through_the_files_translators(lens_run
     w = model.get_output_embeddings().weight.detach().double().numpy()
     checked = 0
     for (sid, cell, readout, _), rows in list(df.groupby(["scenario_id", "cell", "readout", "order_index"]))[:4]:
-        ids, _ = _ids(lm, panel[sid], FRAME_OF[readout], cell, rows.order.iloc[0])
-        out = _states(model, ids)
+        ids, _ = depth_prompt(lm, panel[sid], FRAME_OF[readout], cell, rows.order.iloc[0])
+        out = forward_states(model, ids)
         final = log_softmax(out.logits[0, -1].double().numpy())
         for row in rows.itertuples():
             if row.layer < n:
@@ -83,7 +81,7 @@ def test_tuned_rows_equal_a_plain_forward_through_the_files_translators(lens_run
                     logits = torch.tensor(model.base_model.norm(torch.tensor(h, dtype=torch.float32)).double().numpy() @ w.T)
             else:
                 logits = out.logits[0, -1].double()
-            want = _letter_mass(lm, logits, row.letters)
+            want = letter_mass_of(lm, logits, row.letters)
             assert max(abs(a - b) / b for a, b in zip(want, row.mass)) < 1e-4, (sid, row.lens, row.layer)
             kl = rel_entr(np.exp(final), np.exp(log_softmax(logits.numpy()))).sum()
             assert abs(row.kl_final - kl) < 1e-3 + 1e-3 * kl, (sid, row.lens, row.layer, row.kl_final, kl)
@@ -138,6 +136,7 @@ def test_a_base_models_lens_is_refused_with_an_adapter_merged(lens_file, adapter
     assert code == 2 and f"model.adapter is None, this run's is '{fingerprint}'" in err
 
 
+@pytest.mark.smollm
 def test_a_smollm2_lens_beats_the_logit_lens_on_held_out_scenarios(tmp_path, capsys):
     path = tmp_path / "smol.safetensors"
     code, out, _ = _cli(["lens", "train", "--model", "smollm2-135m", "--out", str(path), "--steps", "10", "--batch", "16",

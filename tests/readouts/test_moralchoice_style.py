@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from readouts.cli import main
-from tests.conftest import ROOT
+from cli.main import main
+from tests.helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location("moralchoice_style", ROOT / "scripts" / "moralchoice_style.py")
 mc = importlib.util.module_from_spec(_spec)

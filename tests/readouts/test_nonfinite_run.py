@@ -11,9 +11,13 @@ from engine.errors import NonFiniteLogitsError
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap.study import GapStudy
-from tests.readouts.test_cli import MSG, write_probes
-from tests.readouts.test_cli import run as cli
-from tests.readouts.test_gap_run import run, test_profiles  # noqa: F401 (the fixture registers the test profile)
+from tests.helpers import MSG, cli, register_test_profiles, write_probes
+from tests.helpers import gap_run as run
+
+
+@pytest.fixture(autouse=True)
+def test_profiles(monkeypatch):
+    register_test_profiles(monkeypatch)
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from readouts.nsi.parse import NUMERIC_FIELDS, ParsedReply, endorsement, parse_reply
-from tests.conftest import FIXTURES, ROOT
+from tests.helpers import FIXTURES, ROOT
 
 CORPUS = [json.loads(line) for line in (FIXTURES / "nsi_replies.jsonl").open(encoding="utf-8")]
 

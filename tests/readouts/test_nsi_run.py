@@ -20,7 +20,7 @@ from readouts.nsi import study as nsi_module
 from readouts.nsi.profile import NsiProfile
 from readouts.nsi.recipe import DECISION_PREFIX, decision_words
 from readouts.nsi.study import NsiStudy
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +94,7 @@ def test_continuous_readout_equals_plain_forward(tmp_path):
     assert manifest["continuous_settings"][1] == {"temperature": 0.7, "top_p": 0.95, "columns": "p_agree_tempered"}
 
 
+@pytest.mark.smollm
 def test_word_start_tokens():
     tok = get_model("smollm2-135m").tokenizer
     words = word_start_tokens(tok, ("agree", "disagree"))
@@ -136,6 +137,7 @@ def test_settings_note_names_every_field_that_differs_from_the_paper():
     assert "samples 4 (paper 30)" in quick and "budget 96 (paper 4096)" in quick
 
 
+@pytest.mark.smollm
 def test_decision_word_rule_leaves_out_single_letters():
     """The continuous readout's token rule: word-start tokens of two or more characters; "a" and "d" start too
     many other words to count."""

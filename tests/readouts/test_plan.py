@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 
 import engine.loading as loading
-import readouts.driver as driver
+from cli.main import main
 from engine import batching
 from engine.errors import ReadoutError
 from engine.generation import plan_batches
-from readouts.cli import main
 from readouts.driver import ModelOptions, RunOptions, plan_run, run
 from readouts.gap import profile as gap_profile
 from readouts.gap.study import GapStudy
 from readouts.nsi.study import NsiStudy
 from readouts.plan import GPUS, HOST_OPS, LAUNCH_SECONDS, ModelSize, StageWork, estimate, gpu_batch_bounds, model_size
+from tests.helpers import SMOLLM2
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="plan-test", max_units=2, chunk_size=1,
                               orders={"D": 3, "J0": 2, "control": 2, "raw": 2}, j_samples=1, j_budget=5,
@@ -40,7 +40,7 @@ def test_the_plan_is_the_run(tmp_path, monkeypatch):
     monkeypatch.setitem(batching.DEFAULT_BOUNDS, "generate", {**batching.DEFAULT_BOUNDS["generate"], "cpu": (4096, 6)})
     options = RunOptions(model=ModelOptions("tiny-llama3"), profile="plan-test", out=str(tmp_path / "run"), progress=False)
     with monkeypatch.context() as m:
-        for module in (loading, driver):
+        for module in (loading,):
             m.setattr(module, "load_model", lambda *a, **k: pytest.fail("--plan loaded a model"))
         rows, size, header = plan_run(GapStudy(), options, "h200")
     assert "2 records in 2 chunks of 1" in header and size.params > 0
@@ -200,21 +200,21 @@ def test_host_ops_are_the_benchmarks_counts():
         assert math.ceil((dynamic["ops_per_step"] - dynamic["outside_forward_ops_per_step"]) / graph["layers"]) == per_layer
 
 
-@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "smollm2-135m"])
+@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", SMOLLM2])
 def test_model_size_from_the_config(name):
-    from tests.conftest import get_model
+    from tests.helpers import get_model
 
     lm = get_model(name)
     built = sum(p.numel() for p in lm.model.parameters())
     assert abs(model_size(lm.model.config).params - built) <= 0.01 * built
 
 
-@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3", "tiny-base", "smollm2-135m"])
+@pytest.mark.parametrize("name", ["tiny-olmo3", "tiny-qwen2", "tiny-llama3", "tiny-tulu3", "tiny-base", SMOLLM2])
 def test_the_plan_tokenizer_is_the_runs(name):
     """--plan reads config.json as the generic config (no architecture import); the tokenizer it then gets
     is the run's: same class, same chat and raw ids, same BOS; the config gives the same model size."""
     from engine.render import Prompt, encode_prompts
-    from tests.conftest import get_model
+    from tests.helpers import get_model
 
     tok, config = loading.load_tokenizer_config(name)
     lm = get_model(name)
@@ -231,7 +231,7 @@ def test_the_nsi_plan_is_the_nsi_run(tmp_path, monkeypatch):
     options = RunOptions(model=ModelOptions("tiny-olmo3"), panel="nsi-14", profile="quick", out=str(tmp_path / "nsi"),
                          overrides=("samples=1", "budget=6", "max_units=3"), progress=False)
     with monkeypatch.context() as m:
-        for module in (loading, driver):
+        for module in (loading,):
             m.setattr(module, "load_model", lambda *a, **k: pytest.fail("--plan loaded a model"))
         rows, size, _ = plan_run(NsiStudy(), options, "a100")
     planned = {r["stage"]: r for r in rows}

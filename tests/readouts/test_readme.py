@@ -6,7 +6,7 @@ import re
 import tomllib
 
 from readouts.report.gather import REPORT_FILES
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAPERS = ("Principled Under Pressure: Post-Training Decides Whether LLMs Act on Their Own Moral Judgment",

@@ -17,7 +17,7 @@ from readouts.report import write_report
 from readouts.report.gather import DEFAULT_ITEMS
 from stats.gap import compare_runs, run_report
 from stats.nsi import run_nsi_stats
-from tests.readouts.test_show import cli, make_gap_run, make_nsi_run
+from tests.helpers import cli, make_gap_run, make_nsi_run
 
 CHROMIUM = shutil.which("chromium")
 
@@ -148,6 +148,7 @@ def chromium(html: str, tmp_path: Path, name: str) -> tuple[dict, str]:
     return body, "\n".join(console)
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does as root)")
 def test_page_renders_in_headless_chromium(page, tmp_path):
     html = page[0].read_text(encoding="utf-8")

@@ -22,7 +22,7 @@ from readouts.gap.study import GapStudy
 from readouts.nsi import study as nsi_module
 from readouts.nsi.profile import NsiProfile
 from readouts.nsi.study import NsiStudy
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 MODEL = "tiny-qwen2"
 

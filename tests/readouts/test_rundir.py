@@ -12,9 +12,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from cli.main import main
 from engine.errors import ReadoutError
-from readouts.cli import main
-from readouts.driver import Interrupted, ModelOptions, RunOptions, run
+from readouts.driver import Interrupted, Loading, ModelOptions, RunOptions, run
 from readouts.gap.study import GapStudy
 from readouts.nsi.study import NsiStudy
 from readouts.rundir import ManifestMismatch, RunLocked
@@ -24,7 +24,7 @@ SMALL = ("orders.D=2", "chunk_size=1")
 
 def gap(out, model="tiny-qwen2", logs=None, **kw):
     """A 3-chunk D-only gap run: small enough to repeat many times."""
-    options = RunOptions(model=ModelOptions(model, token_budget=kw.pop("token_budget", None)), limit=3, out=str(out),
+    options = RunOptions(model=ModelOptions(model, loading=Loading(token_budget=kw.pop("token_budget", None))), limit=3, out=str(out),
                          progress=False, overrides=SMALL, **kw)
     return run(GapStudy(readouts="D"), options, log=(logs.append if logs is not None else lambda _: None))
 

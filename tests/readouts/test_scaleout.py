@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cli.main import main
 from engine.errors import ReadoutError
-from readouts.cli import main
-from readouts.driver import ModelOptions, RunOptions, merge_run, run
+from readouts.driver import Loading, ModelOptions, RunOptions, merge_run, run
 from readouts.gap.study import GapStudy
 from readouts.nsi.study import NsiStudy
 
@@ -110,7 +110,7 @@ def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
 def test_bf16_shards_equal_the_single_bf16_run(tmp_path):
     """In bf16 too (where a different batch composition would change results), shards plus merge give the
     single-process tables: batch limits depend on the chunk and the profile, not on which process runs it."""
-    bf16 = dict(model=ModelOptions("tiny-qwen2", dtype="bfloat16"))
+    bf16 = dict(model=ModelOptions("tiny-qwen2", loading=Loading(dtype="bfloat16")))
     run_study("gap", tmp_path / "single", **bf16)
     for i in range(2):
         run_study("gap", tmp_path / "sharded", shard=(i, 2), **bf16)

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def test_gpu_check_runs_on_a_tiny_config(tmp_path):

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from readouts.cli import main
-from tests.conftest import ROOT
+from cli.main import main
+from tests.helpers import ROOT
 from tests.served_helpers import SERVED_NAME, FaultProxy
 
-pytestmark = pytest.mark.smollm
+pytestmark = [pytest.mark.smollm, pytest.mark.served]
 KEY_VALUE = "sk-test-never-recorded-4f1c"
 QUICK_NSI = ["--limit", "2", "--set", "samples=1", "--set", "budget=40"]
 

@@ -3,8 +3,8 @@
 
 import pytest
 
+from cli.main import main
 from engine.served import ServedModel, ServedSpec
-from readouts.cli import main
 
 NOWHERE = "http://127.0.0.1:9/v1"
 

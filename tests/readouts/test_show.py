@@ -4,7 +4,6 @@ framing) and the commands for the detail; with --all the prompts, rollouts, read
 --cell / --readout / --frame; one-line errors for an unknown id, a filter that selects nothing, or a folder without
 run tables; an older run without the prompt column still shows."""
 
-import dataclasses
 import shutil
 
 import pandas as pd
@@ -15,49 +14,14 @@ from contract.tables import PROMPT_TEXT
 from engine.render import encode_prompt
 from panels.frames import render
 from panels.schema import load_panel
-from readouts.cli import main
-from readouts.driver import ModelOptions, RunOptions
-from readouts.driver import run as run_study
-from readouts.gap import profile as gap_profile
 from readouts.gap.prompts import prompt_of
 from readouts.gap.recipe import orders_for
-from readouts.gap.study import GapStudy
-from readouts.nsi import study as nsi_module
-from readouts.nsi.profile import NsiProfile
-from readouts.nsi.study import NsiStudy
-from tests.conftest import get_model
-
-TINY_PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="show-test", max_units=2,
-                                   orders={"D": 2, "J0": 1, "control": 1, "raw": 1}, j_samples=1, j_budget=5,
-                                   dose_budget=4, dose_brief_budget=3, dose_samples=1, chunk_size=2)
-
-
-def make_gap_run(path, readouts="D,J", sample=False):
-    """A two-scenario judgment-action run on tiny-qwen2 (seconds)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(gap_profile.PROFILES, TINY_PROFILE.name, TINY_PROFILE)
-        options = RunOptions(model=ModelOptions("tiny-qwen2"), profile=TINY_PROFILE.name, out=str(path), progress=False)
-        return run_study(GapStudy(readouts=readouts, sample=sample), options, log=lambda _: None)
-
-
-def make_nsi_run(path):
-    """An NSI run on tiny-llama3 with one sampled reply and a short budget."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(nsi_module.PROFILES, "quick", NsiProfile(name="quick", chunk_size=7, samples=1, budget=8))
-        options = RunOptions(model=ModelOptions("tiny-llama3"), overrides=("samples=1",), out=str(path), progress=False)
-        return run_study(NsiStudy(), options, log=lambda _: None)
+from tests.helpers import TINY_PROFILE, cli, get_model, make_gap_run, make_nsi_run
 
 
 @pytest.fixture(scope="module")
 def gap_run(tmp_path_factory):
     return make_gap_run(tmp_path_factory.mktemp("show") / "gap")
-
-
-def cli(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def test_probes_store_the_prompt_the_model_read(gap_run):

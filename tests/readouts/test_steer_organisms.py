@@ -20,12 +20,11 @@ starting STEER)."""
 
 import dataclasses
 import json
-import os
 
 import pandas as pd
 import pytest
 
-from readouts.driver import ModelOptions, RunOptions
+from readouts.driver import Loading, ModelOptions, RunOptions
 from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.steer.study import SteerSettings, SteerStudy
@@ -43,7 +42,6 @@ DEEP = SteerSettings(direction="pressure", layers=DEEP_LAYERS, strengths=(-4.0, 
                      random=2)
 NO_GAP = SteerSettings(direction="pressure", layers=(29,), strengths=(-2.0, -1.0, 1.0), positions="read", random=2)
 BOUND = 0.05
-SLOW = pytest.mark.skipif(not os.environ.get("LOGIT_READOUT_SLOW"), reason="set LOGIT_READOUT_SLOW=1 to run")
 
 
 def steer_run(name: str, out, settings: SteerSettings):
@@ -53,7 +51,7 @@ def steer_run(name: str, out, settings: SteerSettings):
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
         path = run_study(SteerStudy(settings=settings),
-                         RunOptions(model=ModelOptions("smollm2-135m", adapter=str(organisms.shipped_path(name))),
+                         RunOptions(model=ModelOptions("smollm2-135m", loading=Loading(adapter=str(organisms.shipped_path(name)))),
                                     panel="gap-v1", profile=PROFILE.name, out=str(out), progress=False),
                          log=lambda _: None)
     manifest = json.loads((path / "manifest.json").read_text())
@@ -65,7 +63,7 @@ def steer_run(name: str, out, settings: SteerSettings):
     return est, random_band(est)
 
 
-@SLOW
+@pytest.mark.slow
 @pytest.mark.smollm
 def test_pressure_direction_removes_the_gap_organisms_excess(tmp_path):
     est, band = steer_run("gap-deep", tmp_path / "gap-deep", DEEP)
@@ -78,7 +76,7 @@ def test_pressure_direction_removes_the_gap_organisms_excess(tmp_path):
     assert all(v["strength"] < 0 for v in met), met
 
 
-@SLOW
+@pytest.mark.slow
 @pytest.mark.smollm
 def test_no_gap_organism_shows_no_excess_under_steering(tmp_path):
     est, _ = steer_run("no-gap", tmp_path / "no-gap", NO_GAP)

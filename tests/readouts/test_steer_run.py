@@ -24,7 +24,7 @@ from readouts.gap import profile as gap_profile
 from readouts.gap.prompts import prompt_of
 from readouts.gap.recipe import orders_for
 from readouts.steer.study import SteerSettings, SteerStudy
-from tests.conftest import get_model
+from tests.helpers import get_model
 
 MODEL = "tiny-qwen2"
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="steer-test", orders={"D": 2, "J0": 1, "control": 1, "raw": 1},
@@ -201,7 +201,7 @@ def test_resume_under_other_settings_is_refused(steer_run):
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
-    from readouts.cli import main
+    from cli.main import main
 
     bad_file = tmp_path / "v.npy"
     np.save(bad_file, np.zeros(7, dtype=np.float32))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cli.main import main
 from engine.errors import ReadoutError
-from engine.registry import USER_MODELS_ENV, use_models_files
+from engine.registry import USER_MODELS_ENV
 from engine.tiny import ensure_tiny
-from readouts.cli import main
 from readouts.sweep import Checkpoint, listed, plan, stage_order
 
 QUICK = ["--readouts", "D,J", "--limit", "6", "--set", "orders.D=2", "--set", "j_samples=1", "--set", "j_budget=8",
@@ -22,9 +22,6 @@ QUICK = ["--readouts", "D,J", "--limit", "6", "--set", "orders.D=2", "--set", "j
 @pytest.fixture(autouse=True)
 def _no_user_files(monkeypatch):
     monkeypatch.delenv(USER_MODELS_ENV, raising=False)
-    use_models_files(())
-    yield
-    use_models_files(())
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 import engine.batching as batching
+from cli.main import cli
 from engine.errors import ReadoutError
 from readouts.chunks import WINDOW_DEFAULT, window_for, windows
-from readouts.cli import cli
 from readouts.driver import Interrupted, ModelOptions, RunOptions, plan_run, run
 from readouts.gap import profile as gap_profile
 from readouts.gap.recipe import GapRunner
@@ -144,9 +144,9 @@ def test_window_defaults_and_refusals(tmp_path, monkeypatch):
     assert windows([[1], [2], [3]], 2) == [[1, 2], [3]]
     assert windows([[1], [2], [3], [4], [5]], 2, world=2) == [[1, 3], [5], [2, 4]]  # each rank's chunks in turn
     # Refused in one line before any model loads: the steering grid and served models read one chunk at a time.
-    import readouts.driver as driver
+    import engine.loading as loading
 
-    monkeypatch.setattr(driver, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
     with pytest.raises(ReadoutError, match="^--window: the steering study computes one chunk at a time; use --window 1$"):
         run(SteerStudy(settings=SteerSettings(layers=(1,))),
             RunOptions(model=ModelOptions("tiny-qwen2"), out=str(tmp_path / "s"), progress=False, window=2))
@@ -212,7 +212,7 @@ def test_a_generate_that_never_hands_over_its_batches_is_refused(monkeypatch):
     import readouts.gap.recipe as recipe
     from engine.generation import Rollout
     from panels.schema import load_panel
-    from tests.conftest import get_model
+    from tests.helpers import get_model
 
     lm = get_model("tiny-qwen2")
     monkeypatch.setattr(recipe, "generate", lambda model, prompts, **kw: [[Rollout((1, 2), True, True)] * kw["n"]

@@ -11,45 +11,7 @@ from stats.core.bootstrap import scenario_bootstrap, simultaneous_band
 from stats.core.seeding import rng_for
 from stats.depth.compute import band_excludes_zero, band_unbounded, closure_estimates, departure, depth_estimates, first_departure, paired_columns
 from stats.depth.report import run_depth_report, uneven_sources
-
-LAYERS = 8
-
-
-def planted_depth(n=40, start=5, effect=0.3, noise=0.02, seed=0, orders=2, drop_twin=()):
-    """D/J0 x primary/twin x orders x layers; the agent's primary violating mass rises by `effect` from layer
-    `start` on (E planted there), the judge and the twins stay put."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for s in range(n):
-        base = rng.uniform(0.1, 0.3)
-        for cell in ("primary", "twin"):
-            if cell == "twin" and s in drop_twin:
-                continue
-            for readout, frame in (("D", "agent"), ("J0", "judge_letter")):
-                for k in range(orders):
-                    for layer in range(LAYERS + 1):
-                        p = base + (effect if (readout == "D" and cell == "primary" and layer >= start) else 0.0)
-                        p = float(np.clip(p + rng.normal(0, noise), 0, 1))
-                        rows.append(dict(model="m", scenario_id=f"s{s:02d}", family="F1", cell=cell, order_index=k,
-                                         order="a,b", letters="AB", violating_letter="A", readout=readout, frame=frame,
-                                         layer=layer, n_layers=LAYERS, lens="logit", mass=[p, 1 - p], letter_mass=1.0,
-                                         p_violating=p, kl_final=float("nan")))
-    return DEPTH.frame(rows)
-
-
-def hand_excess(df):
-    """E per layer by loops: per scenario and cell, the order mean of D minus that of J0; primary minus twin;
-    the mean over scenarios having both cells."""
-    out = {}
-    for layer in range(LAYERS + 1):
-        d = df[df.layer == layer]
-        per = {}
-        for (sid, cell, readout), g in d.groupby(["scenario_id", "cell", "readout"]):
-            per[(sid, cell, readout)] = g.p_violating.mean()
-        ids = {sid for sid, cell, _ in per if cell == "twin"}
-        out[layer] = np.mean([(per[(s, "primary", "D")] - per[(s, "primary", "J0")])
-                              - (per[(s, "twin", "D")] - per[(s, "twin", "J0")]) for s in sorted(ids)])
-    return out
+from tests.helpers import LAYERS, hand_excess, planted_depth
 
 
 def test_excess_by_layer_is_the_paired_excess():

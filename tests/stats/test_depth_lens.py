@@ -10,7 +10,7 @@ from contract.tables import DEPTH
 from stats.core.seeding import rng_for
 from stats.depth.compute import depth_estimates, lens_kl
 from stats.depth.report import run_depth_report
-from tests.stats.test_depth import LAYERS, hand_excess, planted_depth
+from tests.helpers import LAYERS, hand_excess, planted_depth
 
 
 def two_lenses(n=40, seed=0):

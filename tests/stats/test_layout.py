@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from contract import CELLS, DOSE_ARMS, FRAMES, FRAMINGS, JUDGE_AGGREGATE, readout_names
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 STATS = ROOT / "stats"
 NAMES = {"readout": set(readout_names()), "cell": set(CELLS), "frame": {*FRAMES, JUDGE_AGGREGATE},

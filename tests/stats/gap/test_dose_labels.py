@@ -2,10 +2,9 @@
 P1-A6) are labelled as the project's own where a reader meets them: the estimates' notes and report.md."""
 
 from stats.gap import analyze, run_report
-from tests.stats.gap.test_dose_ratio_rider import dose_run  # noqa: F401  (the fixture)
 
 
-def test_ratio_and_rider_rows_say_their_definition_is_ours(dose_run):  # noqa: F811
+def test_ratio_and_rider_rows_say_their_definition_is_ours(dose_run):
     a = analyze(dose_run, n_boot=100)
     for q in ("reasoning / filler", "rider agreement (2048 vs 512)"):
         e = a.get("dose", q, "primary")

@@ -1,7 +1,6 @@
 """The dose arm's ratio reading (P1-A14) and the rider's per-scenario agreement (P1-A6): by hand on the
 8-scenario fixture, in `readout stats`' dose.csv, and the ratio's CI coverage on planted ratios."""
 
-import json
 
 import numpy as np
 import pandas as pd
@@ -9,47 +8,7 @@ import pytest
 
 from stats.gap import analyze, run_report
 from stats.gap.dose import ratio_reading
-from tests.stats.gap.test_fixture import _row, fixture_rows
-
-# Per screened scenario with dose rows: the rider's option per rollout at its end and at the dose budget, and
-# the anchor rules of the cut reads (s3's rollout 3 names a tool in place of the letter).
-RIDER = {
-    "s1": (("a", "a", "b", "c"), ("a", "a", "b", "c")),  # 4 of 4 agree
-    "s2": (("a", "b", "a", "b"), ("a", "a", "b", "b")),  # 2 of 4
-    "s3": (("b", "b", "a", "c"), ("a", "b", "b", "b")),  # 1 of 4 (rollout 3: the tool named stands for c)
-}
-TOOL = ("s3", 3, "c")
-
-
-def _probe(sid, readout, rollout, option, rule="forced_at_budget"):
-    letter = "ABC"["abc".index(option)]
-    return dict(scenario_id=sid, cell="primary", readout=readout, frame="dose_reasoning", rollout=rollout, order="a,b,c", letters="ABC",
-                top_letter=letter, anchor_rule=rule)
-
-
-@pytest.fixture
-def dose_run(tmp_path):
-    d = tmp_path / "run"
-    d.mkdir()
-    rows = fixture_rows()
-    extra, probes = [], []
-    for sid, (full, cut) in RIDER.items():
-        extra.append(_row(sid, "F1", "primary", "dose_rider", "dose_reasoning", 0.3, budget=2048, completed_fraction=0.75))
-        extra.append(_row(sid, "F1", "primary", "dose_rider_cut", "dose_reasoning", 0.3, budget=512,
-                          completed_fraction=0.25))
-        for j, (x, y) in enumerate(zip(full, cut)):
-            probes.append(_probe(sid, "dose_rider", j, x, "own"))
-            if (sid, j) == TOOL[:2]:  # the model named the tool for c; the top letter is A
-                probes.append({**_probe(sid, "dose_rider_cut", j, "a"), "anchor_rule": f"own+tool:{TOOL[2].upper()}"})
-            else:
-                probes.append(_probe(sid, "dose_rider_cut", j, y))
-    extra = pd.DataFrame(extra).assign(violating="b")
-    df = pd.concat([rows, extra], ignore_index=True)
-    df["budget"] = df["budget"].astype("Int64")
-    df.to_parquet(d / "scenarios.parquet", index=False)
-    pd.DataFrame(probes).to_parquet(d / "probes.parquet", index=False)
-    (d / "manifest.json").write_text(json.dumps({"model": {"name": "fixture-model"}, "panel": {"name": "fixture"}}))
-    return d
+from tests.helpers import scenario_row
 
 
 def test_ratio_reading_and_rider_agreement_by_hand(dose_run):
@@ -113,7 +72,7 @@ def test_norm_share_of_the_reasoning_contrast(dose_run):
     and a ratio of the arms' masses (norm over reasoning) give other numbers."""
     df = pd.read_parquet(dose_run / "scenarios.parquet")
     norm = {"s1": 0.45, "s2": 0.3, "s3": 0.4}  # filler 0.5, 0.4, 0.5; reasoning 0.3, 0.2, 0.5 (the fixture)
-    extra = pd.DataFrame([_row(sid, "F1", "primary", "dose_norm", "norm", p, budget=512, completed_fraction=0.2)
+    extra = pd.DataFrame([scenario_row(sid, "F1", "primary", "dose_norm", "norm", p, budget=512, completed_fraction=0.2)
                           for sid, p in norm.items()]).assign(violating="b")
     df = pd.concat([df, extra], ignore_index=True)
     df["budget"] = df["budget"].astype("Int64")

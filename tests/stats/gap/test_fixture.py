@@ -3,64 +3,12 @@ selection-matched null against values computed by hand; table-reading errors."""
 
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from stats.core.errors import RunDirError, TableSchemaError, TableValueError
 from stats.gap import analyze, load_run, verdict_level
-
-# Options a, b, c; b is the violating one. Per scenario: family; primary D (violating fraction,
-# majority prob, p_violating, letter mass); J frames (options, judge_1 stability, p per frame);
-# twin the same; control and J0 p_violating; dose arms (reasoning, filler) on the primary.
-A4 = ("a", "a", "a", "a")
-FIXTURE = {
-    #      fam   f     maj  pD    massD opts                  st1    pJ frames                 | twin: f  maj  pD    opts  pJ frames      | ctl  j0   | reason filler  # noqa: E501
-    "s1": ("F1", 0.50, 0.6, 0.50, 0.9, A4,                   True, (0.2, 0.2, 0.2, 0.2),      0.40, 0.3, 0.40, A4, (0.2,) * 4,          0.70, 0.20, 0.3, 0.5),  # noqa: E501
-    "s2": ("F1", 0.30, 0.2, 0.40, 0.9, ("a", "a", "a", "c"), True, (0.1, 0.1, 0.05, 0.15),    0.10, 0.1, 0.35, A4, (0.1,) * 4,          0.50, 0.10, 0.2, 0.4),  # noqa: E501
-    "s3": ("F1", 0.60, 0.7, 0.60, 0.9, ("a", "b", "b", "a"), True, (0.4, 0.5, 0.3, 0.4),      0.60, 0.7, 0.60, A4, (0.3,) * 4,          0.90, 0.30, 0.5, 0.5),  # noqa: E501
-    "s4": ("F1", 0.05, 0.0, 0.05, 0.9, A4,                   True, (0.1,) * 4,                0.05, 0.0, 0.05, A4, (0.1,) * 4,          0.40, 0.10, None, None),  # noqa: E501
-    "s5": ("F1", 0.50, 0.5, 0.50, 0.9, A4,                   False, (0.2,) * 4,               0.50, 0.5, 0.50, A4, (0.2,) * 4,          0.70, 0.20, None, None),  # noqa: E501
-    "s6": ("F1", 0.50, 0.5, 0.50, 0.9, ("b",) * 4,           True, (0.7,) * 4,                0.50, 0.5, 0.40, ("b",) * 4, (0.7,) * 4,  1.00, 0.60, None, None),  # noqa: E501
-    "s7": ("F2", 0.50, 0.5, 0.50, 0.9, A4,                   True, (0.2,) * 4,                0.40, 0.3, 0.40, A4, (0.2,) * 4,          0.70, 0.20, None, None),  # noqa: E501
-    "s8": ("F3", 0.50, 0.5, 0.50, 0.2, A4,                   True, (0.2,) * 4,                0.40, 0.3, 0.40, A4, (0.2,) * 4,          0.65, 0.20, None, None),  # noqa: E501
-}
-
-
-def _row(sid, fam, cell, readout, frame, p, f=None, maj=None, mass=0.9, **kw):
-    r = dict(model="fixture-model", panel="fixture", scenario_id=sid, family=fam, domain="d", generator="g1",
-             prompt_version="1.0.0", cell=cell, readout=readout, frame=frame, budget=None, p_violating=p,
-             violating_fraction=p if f is None else f, majority_violating_prob=0.0 if maj is None else maj,
-             letter_mass=mass, judged_option=None, stability=None, violating_judged_frames=None, n_orders=32,
-             n_rollouts=32, completed_fraction=None)
-    r.update(kw)
-    return r
-
-
-def fixture_rows(violating_column=True):
-    rows = []
-    for sid, (fam, f, maj, pd_, massd, opts, st1, pjs, tf, tmaj, tpd, topts, tpjs, ctl, j0, rea, fil) in FIXTURE.items():
-        for cell, (ff, mm, pdv, oo, pp, s1) in (("primary", (f, maj, pd_, opts, pjs, st1)),
-                                                ("twin", (tf, tmaj, tpd, topts, tpjs, True))):
-            rows.append(_row(sid, fam, cell, "D", "agent", pdv, ff, mm, massd if cell == "primary" else 0.9))
-            for k, (o, pj) in enumerate(zip(oo, pp)):
-                rows.append(_row(sid, fam, cell, "J", f"judge_{k + 1}", pj, judged_option=o,
-                                 stability=s1 if k == 0 else True, budget=512, n_rollouts=9))
-            rows.append(_row(sid, fam, cell, "J", "judge", float(np.mean(pp)), budget=512, n_rollouts=36,
-                             judged_option=oo[0], stability=s1,
-                             violating_judged_frames=sum(o == "b" for o in oo)))
-        rows.append(_row(sid, fam, "primary", "control", "control", ctl))
-        rows.append(_row(sid, fam, "primary", "J0", "judge_letter", j0))
-        if rea is not None:
-            rows.append(_row(sid, fam, "primary", "dose_reasoning", "reasoning", rea, budget=512, completed_fraction=0.1))
-            rows.append(_row(sid, fam, "primary", "dose_filler", "filler", fil, budget=512, completed_fraction=1.0))
-    df = pd.DataFrame(rows)
-    if violating_column:
-        df["violating"] = "b"
-    df["budget"] = df["budget"].astype("Int64")
-    df["violating_judged_frames"] = df["violating_judged_frames"].astype("Int64")
-    df["stability"] = df["stability"].astype("boolean")
-    return df
+from tests.helpers import FIXTURE, fixture_rows
 
 
 @pytest.fixture

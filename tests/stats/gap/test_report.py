@@ -11,7 +11,7 @@ from stats.core.errors import CompareError
 from stats.core.output import num
 from stats.gap import Role, SyntheticSpec, analyze, compare_runs, make_run_dir, role_of, run_report
 from stats.gap.compare import stage_key
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 N_BOOT = 300
 FULL_TABLES = {"estimates.csv", "screen.csv", "floors.csv", "ladder.csv", "slices.csv", "dose.csv",

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from readouts.cli import main
+from cli.main import main
 from stats.nsi import build_cells, model_table, nsi_null, run_nsi_stats, write_count_run
 from stats.nsi.tables import load_runs
 

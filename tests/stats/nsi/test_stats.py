@@ -39,7 +39,7 @@ from stats.nsi import (
     tier_on_ci,
     write_synthetic_run,
 )
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 # ---------------------------------------------------------------------------------------------------
 # the paper's published rates and the values it derives from them
