@@ -20,7 +20,8 @@ import pandas as pd
 from contract.tables import table
 from engine.errors import ReadoutError
 from panels.frames import DEFAULT_VERSION, frame_texts
-from panels.schema import PanelError, load_panel
+from panels.records import PanelError
+from panels.schema import load_panel
 from readouts.chunks import Interrupted, chunk_loop, window_for, windows  # noqa: F401 (Interrupted: the runs' API)
 from readouts.manifest import default_out, model_manifest, served_model_manifest
 from readouts.options import Loading, ModelOptions, RunOptions  # noqa: F401 (Loading: the runs' API)

@@ -9,8 +9,9 @@ from typing import Sequence
 from contract.names import FRAMINGS
 from panels.frames import DEFAULT_VERSION, FRAMES, render, render_polarity
 from panels.lint import ROLE_STRICT, report_lines, restated_roles, role_line_summary
+from panels.records import PanelError
 from panels.review import review_summary
-from panels.schema import PanelError, load_panel
+from panels.schema import load_panel
 
 
 def validate(paths) -> list[tuple[str, str | None, str | None, list[str]]]:

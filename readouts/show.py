@@ -209,7 +209,8 @@ def scenario_views(run: RunTables, ids: list[str]) -> list[ScenarioView]:
 def _messages(run: RunTables, ids: list[str]) -> tuple[dict, str | None]:
     """{(dilemma, framing): user message} rendered from the run's panel when it is still the one read, else a note."""
     from panels.frames import frame_texts, render_polarity
-    from panels.schema import PanelError, load_panel
+    from panels.records import PanelError
+    from panels.schema import load_panel
 
     info = run.manifest.get("panel") or {}
     if not info.get("path"):
