@@ -30,13 +30,30 @@ if [ -n "$ONLY" ]; then
     ARRAY="$ONLY"
 fi
 EXPORT="ALL,ROOT=$ROOT,SHARDS=$SHARDS,STUDY=${STUDY:-run}"
-# shellcheck disable=SC2086
-JOB=$($SBATCH --parsable ${SBATCH_ARGS:-} --array="$ARRAY" --chdir="$ROOT" \
-      --output="$LOGS/readout-%A_%a.out" --export="$EXPORT" \
+
+# sbatch ARGS...: prints the job id; a refusal (a GPU asked for on a cluster without one, an unknown partition ...)
+# ends the script with one line.
+submit() {
+    local err out why
+    err=$(mktemp)
+    # shellcheck disable=SC2086
+    if ! out=$($SBATCH --parsable ${SBATCH_ARGS:-} "$@" 2>"$err"); then
+        why=$(tr '\n' ' ' < "$err" | sed 's/  */ /g; s/ $//')
+        rm -f "$err"
+        case "$why" in
+            *gres*|*GRES*) why="$why (slurm_readout.sh asks for one GPU, #SBATCH --gres=gpu:1; where no node has one, add SBATCH_ARGS=--gres=none)" ;;
+        esac
+        echo "error: sbatch refused the job: ${why:-no reason given}" >&2
+        exit 1
+    fi
+    cat "$err" >&2
+    rm -f "$err"
+    echo "${out%%;*}"
+}
+
+JOB=$(submit --array="$ARRAY" --chdir="$ROOT" --output="$LOGS/readout-%A_%a.out" --export="$EXPORT" \
       "$ROOT/scripts/slurm_readout.sh" "$MODEL" "$PANEL" "$PROFILE" "$OUT")
-JOB=${JOB%%;*}
 echo "submitted array job $JOB: shards $ARRAY of $SHARDS into $OUT"
-# shellcheck disable=SC2086
-MERGE=$($SBATCH --parsable ${SBATCH_ARGS:-} --dependency="afterany:$JOB" --chdir="$ROOT" \
-        --output="$LOGS/readout-merge-%j.out" --export="$EXPORT" "$ROOT/scripts/slurm_merge.sh" "$OUT" "$MODEL" "$PANEL" "$PROFILE")
-echo "submitted merge job ${MERGE%%;*} (after every task of $JOB has ended)"
+MERGE=$(submit --dependency="afterany:$JOB" --chdir="$ROOT" --output="$LOGS/readout-merge-%j.out" --export="$EXPORT" \
+        "$ROOT/scripts/slurm_merge.sh" "$OUT" "$MODEL" "$PANEL" "$PROFILE")
+echo "submitted merge job $MERGE (after every task of $JOB has ended)"
