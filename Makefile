@@ -40,8 +40,8 @@ test:
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2
 
-# make test-fast: tiny models only (no SmolLM2, no served server, no browser, nothing heavy); about 2 minutes.
-FAST := not smollm and not served and not browser and not heavy and not slow
+# make test-fast: tiny models only (no SmolLM2, no served server, no browser, no SLURM, nothing heavy); minutes.
+FAST := not smollm and not served and not browser and not slurm and not heavy and not slow
 test-fast:
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2 -m "$(FAST)"

@@ -6,7 +6,7 @@ call; gpu_check.sh installs them from there with no index), and the embedded mod
     python scripts/gpu_prep.py                      # for the lent H200 image (CPython 3.12, manylinux x86-64)
     python scripts/gpu_prep.py --image bare --dest .whl-bare --no-tokenizer
                                                     # for a venv holding only torch, on this machine's Python
-                                                    # (what tests/readouts/test_gpu_prep.py runs gpu_check.sh in)
+                                                    # (what tests/scripts/test_gpu_prep.py runs gpu_check.sh in)
 
 The versions carried are the ones installed in this checkout's .venv (the tested ones); their requirements are
 read from the same metadata, with markers evaluated for the node's Python. A package the image holds is left to
@@ -35,7 +35,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_MIB = 64  # the device tool carries at most 64 MiB of working tree a call
-# What scripts/gpu_check.py imports through engine/, panels/ and contract/ (tests/readouts/test_gpu_prep.py runs
+# What scripts/gpu_check.py imports through engine/, panels/ and contract/ (tests/scripts/test_gpu_prep.py runs
 # it in a venv holding only torch and these wheels, so a missing name fails there).
 ROOTS = ("transformers", "tokenizers", "safetensors", "numpy", "pandas", "jinja2", "tqdm")
 # Never carried: the node's torch is its CUDA build (torch 2.11 on the lent H200; the project's range starts at

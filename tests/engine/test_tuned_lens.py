@@ -1,7 +1,7 @@
 """The tuned lens (engine/tuned_lens.py) against references computed here: the captured streams against
 transformers' `output_hidden_states`, the translated distribution and its KL against numpy/scipy on the plain
 forward's states and the trainer against a planted translator it must recover; on every tiny family (SmolLM2 too for the
-capture and the KL; tests/readouts/test_lens_run.py trains one on SmolLM2 and compares it on held-out text)."""
+capture and the KL; tests/readouts/gap/test_lens_run.py trains one on SmolLM2 and compares it on held-out text)."""
 
 import numpy as np
 import pytest

@@ -9,6 +9,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.heavy  # every bench script in a subprocess: minutes on two cores
+
 SMOKE = {
     "gen_bench": ["--model", "tiny-qwen2", "--prompts", "2", "--rollouts", "2", "--tokens", "3", "--reps", "1"],
     "score_bench": ["--model", "tiny-qwen2", "--scenarios", "1", "--orders", "2"],

@@ -4,9 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT
 
 
+@pytest.mark.heavy
 def test_gpu_check_runs_on_a_tiny_config(tmp_path):
     out = tmp_path / "gpu.json"
     proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--tiny", "--out", str(out)], cwd=ROOT,

@@ -1,6 +1,6 @@
 """README.md as a front door (issue 30): short (100 to 150 lines; it was 564), citing both papers, with a glossary of
 the terms every output uses and a licence line, and pointing only at files that are in the repository (it pointed
-to a DESIGN.md that is not). Its command blocks run in tests/readouts/test_docs_commands.py."""
+to a DESIGN.md that is not). Its command blocks run in tests/cli/test_docs_commands.py."""
 
 import re
 import tomllib

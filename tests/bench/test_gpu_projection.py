@@ -9,6 +9,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.heavy  # the paper plan formed twice by bench/plan_8b_bench.py: about two minutes
+
 _spec = importlib.util.spec_from_file_location("plan_8b_bench", ROOT / "bench" / "plan_8b_bench.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)

@@ -96,6 +96,7 @@ def _torch_only_venv(tmp_path: Path) -> Path:
     return venv / "bin" / "python"
 
 
+@pytest.mark.heavy
 @pytest.mark.smollm
 def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path):
     if not any(BARE_WHEELS.glob("*.whl")):

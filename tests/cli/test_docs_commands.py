@@ -207,8 +207,8 @@ RUN = {
 
 _STEER_ORGANISM = ("SmolLM2-135M with an organism adapter over the quick panel's held-out half, a grid of strengths and "
                    "random nulls (minutes on two cores); `readout steer` runs end to end on tiny-qwen2 in "
-                   "tests/readouts/test_steer_run.py, and on the organisms in tests/readouts/test_steer_organisms.py")
-_STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/test_steer_run.py)"
+                   "tests/readouts/steer/test_steer_run.py, and on the organisms in tests/readouts/steer/test_steer_organisms.py")
+_STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/steer/test_steer_run.py)"
 
 _SERVED_REMOTE = ("sends requests to a remote server (tests send none outside loopback); served runs end to end against "
                   "a vLLM server on 127.0.0.1 are tests/readouts/test_served.py")
@@ -252,9 +252,9 @@ NOT_RUN = {
     "readout run --model openai:smollm2@http://127.0.0.1:8080/v1 --readouts D,J,J0,control":
         "needs a server at that address; the same run against the vLLM server the tests start on loopback is "
         "tests/readouts/test_served.py::test_gap_quick_run_reads_like_a_local_run",
-    "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/test_depth_organisms.py":
+    "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/gap/test_depth_organisms.py":
         "the organism depth test itself (gated: minutes on two cores)",
-    "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/test_steer_organisms.py":
+    "LOGIT_READOUT_SLOW=1 python -m pytest -q -s tests/readouts/steer/test_steer_organisms.py":
         "the organism steering test itself (gated: minutes on two cores)",
 }
 

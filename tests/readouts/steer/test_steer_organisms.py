@@ -10,7 +10,7 @@ merged, the pressure direction from the training split applied at the read posit
 - Both: the run reads exactly the held-out scenarios its manifest names, disjoint from the training ones.
 
 The quick profile's ten gap-v1 scenarios (the organisms' training records; five held out), with its own option orders,
-and two random directions. Outside `make test` (LOGIT_READOUT_SLOW=1, as tests/readouts/test_depth_organisms.py):
+and two random directions. Outside `make test` (LOGIT_READOUT_SLOW=1, as tests/readouts/gap/test_depth_organisms.py):
 SmolLM2 with an adapter, a residual pass over the training split, the grid and its capability forwards. The single-
 layer `gap` organism does not meet the figure (docs/steering.md: its adapter reads the pressure through the last
 layer's attention, which a read-position vector does not reach). The thresholds are the issue's; depth 21 joined the
