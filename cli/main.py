@@ -16,12 +16,13 @@ from cli.show import show_cmd
 from cli.stats import compare_cmd, nsi_export_cmd, nsi_gold_cmd, nsi_stats_cmd, stats_cmd
 from cli.steer import steer_cmd
 from cli.sweep import sweep_cmd
+from cli.watch import watch_cmd
 from engine.errors import ReadoutError
 from panels.records import PanelError
 from stats.core.errors import StatsInputError
 
 COMMANDS = (models_cmd, score_cmd, run_cmd, merge_cmd, nsi_cmd, stats_cmd, compare_cmd, nsi_stats_cmd, nsi_export_cmd,
-            nsi_gold_cmd, sweep_cmd, show_cmd, report_cmd, organism_group, panels_group, lens_group, steer_cmd)
+            nsi_gold_cmd, sweep_cmd, watch_cmd, show_cmd, report_cmd, organism_group, panels_group, lens_group, steer_cmd)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -48,6 +48,9 @@ class Checkpoint:
     """The name its run loads: a registered alias used as is, or `label` (defined in sweep.toml)."""
     entry: dict | None
     """Its sweep.toml entry (None: a registered alias whose own lineage and stage are its role)."""
+    adapter: str | None = None
+    """A PEFT adapter folder merged into `alias`'s weights for this checkpoint alone (a trainer's adapter checkpoint);
+    None: the sweep's own loading."""
 
 
 def listed(models: Sequence[str], list_file: str | None) -> list[tuple[str, str | None, str]]:
@@ -242,7 +245,8 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
         state = {}  # unreadable: nothing is skipped, and every run directory resumes on its own
     asked = {"study": kind, **{k: v for k, v in study.items() if k not in ("force", "progress")}}
     dirs = [out / "runs" / c.label for c in checkpoints]
-    requests = [_request(c, asked, loading) for c in checkpoints]
+    loadings = [loading if c.adapter is None else dataclasses.replace(loading, adapter=c.adapter) for c in checkpoints]
+    requests = [_request(c, asked, lo) for c, lo in zip(checkpoints, loadings)]
     done = [state.get(c.label, {}).get("request") == r and _complete(d) for c, r, d in zip(checkpoints, requests, dirs)]
     try:
         _check_available([c for c, skip in zip(checkpoints, done) if not skip], loading.registry_files)
@@ -254,12 +258,12 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
             if not out_existed and not any(out.iterdir()):
                 out.rmdir()
         raise
-    for i, (c, rundir, request, skip) in enumerate(zip(checkpoints, dirs, requests, done), 1):
+    for i, (c, rundir, request, skip, own) in enumerate(zip(checkpoints, dirs, requests, done, loadings), 1):
         if skip:
             log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}): run complete, skipped ({rundir})")
             continue
         log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}) -> {rundir}")
-        options = RunOptions(model=ModelOptions(model=c.alias, loading=loading), panel=study["panel"], profile=study["profile"],
+        options = RunOptions(model=ModelOptions(model=c.alias, loading=own), panel=study["panel"], profile=study["profile"],
                              overrides=tuple(study["overrides"]), limit=study["limit"], out=str(rundir),
                              seed=study["seed"], force=study["force"], progress=study["progress"])
         run(study_obj, options, log=log)
