@@ -1,6 +1,6 @@
-"""README.md as a front door (issue 30): short (100 to 150 lines; it was 564), citing both papers, with a glossary of
-the terms every output uses and a licence line, and pointing only at files that are in the repository (it pointed
-to a DESIGN.md that is not). Its command blocks run in tests/cli/test_docs_commands.py."""
+"""README.md as a front door: short (100 to 150 lines), citing both papers, with a glossary of
+the terms every output uses and a licence line, and pointing only at files that are in the repository. Its command
+blocks run in tests/cli/test_docs_commands.py."""
 
 import re
 import tomllib
@@ -67,7 +67,7 @@ def test_the_readme_points_only_at_files_in_the_repository():
 
 
 def test_no_source_or_page_points_to_a_design_md_that_is_not_there():
-    """The README and a docstring of stats/nsi/agreement.py pointed to DESIGN.md, which is not in the repository."""
+    """Neither the README nor any docstring points to DESIGN.md, which is not in the repository."""
     if (ROOT / "DESIGN.md").exists():
         return
     files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]

@@ -1,4 +1,4 @@
-"""The role-line lint (issue 30): a context that restates the frame's role line ("Sextant is an AI ... at Harrowgate
+"""The role-line lint: a context that restates the frame's role line ("Sextant is an AI ... at Harrowgate
 Wind, which ...") is found, counted per writer, an error in the panel of record and a warning in gap-v1, which stays
 byte for byte as it was."""
 

@@ -1,4 +1,4 @@
-"""Figures say only what they draw (issue 30): every legend entry is an artist drawn on the figure's axes with that
+"""Figures say only what they draw: every legend entry is an artist drawn on the figure's axes with that
 label, and every labelled artist drawn is in a legend (no proxy marker for a series that is missing, a NaN point,
 or an empty scatter); every text placed at a data point (a bar's value, "no CI") lies inside its axes' frame, also
 when the data span 0.014 (autoscaling fits the data, not the labels beside them)."""

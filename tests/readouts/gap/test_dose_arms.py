@@ -1,4 +1,4 @@
-"""The dose arms matched to the reasoning arm (issue 12): the filler generated to its paired reasoning
+"""The dose arms matched to the reasoning arm: the filler generated to its paired reasoning
 rollout's length, the truncated filler cut where the paired reasoning read sits, the rider (P1-A6) as profile
 fields, and the norm arm stating the scenario's norm in frames v2 while v1 renders as it always did."""
 

@@ -1,8 +1,8 @@
-"""What the report's page looked like in headless Chromium at 1440 and 1024 px (issue 30): a figure of two panels
-side by side (9 to 11 inches at the figures' DPI) sat in a half-row cell at about 40% of its size, its labels
-unreadable, so it spans the row; a command-line option in the card's prose ("a lower --mass-floor") broke between
-its two dashes at a line end, so options are kept on one line; counts read in the singular ("1 row"); and wide
-tables (the harness, NSI rankings) were cut at the card's edge, so every table scrolls inside its own frame."""
+"""The report's page in headless Chromium at 1440 and 1024 px: a figure of two panels side by side (9 to 11 inches
+at the figures' DPI) spans its row (in a half-row cell it would sit at about 40% of its size, its labels unreadable);
+a command-line option in the card's prose ("a lower --mass-floor") is kept on one line (not broken between its two
+dashes at a line end); counts read in the singular ("1 row"); and every table scrolls inside its own frame (wide
+tables, the harness and NSI rankings, would be cut at the card's edge)."""
 
 import re
 import struct
