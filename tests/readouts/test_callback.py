@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import ROOT, cli
 from tests.readouts.training import EVAL_LIMIT, EVAL_SET, losses, make_trainer, tiny_model
 
 pytestmark = pytest.mark.heavy
@@ -90,11 +90,24 @@ def test_table_and_cost_per_evaluation(trained):
     assert "readout/seconds" in next(h for h in trained["trainer"].state.log_history if "readout/E_J0" in h)
 
 
-def test_training_mode_and_weights_restored(tmp_path):
-    """An evaluation leaves every module's training flag and every weight as they were."""
+def test_training_mode_weights_and_random_state_restored(tmp_path, monkeypatch):
+    """An evaluation leaves every module's training flag, every weight and the random states as they were, even when
+    what it runs draws from torch's, Python's and NumPy's global generators."""
+    import random
+
     import torch
 
+    import readouts.driver
     from readouts.callback import ReadoutCallback
+
+    real_run = readouts.driver.run
+
+    def drawing_run(*args, **kwargs):
+        torch.rand(3), random.random(), np.random.rand(2)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(readouts.driver, "run", drawing_run)
+    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
 
     model, tok, _ = tiny_model()
     model.train()
@@ -107,6 +120,7 @@ def test_training_mode_and_weights_restored(tmp_path):
     assert [m.training for m in model.modules()] == flags
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert torch.equal(torch.get_rng_state(), state)
+    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -148,3 +162,31 @@ def test_lora_on_smollm2(tmp_path, capsys):
     assert code == 0, err
     for key, value in first_token_metrics(tmp_path / "ref", n_boot=cb.n_boot).items():
         assert logged[2][f"readout/{key}"] == pytest.approx(value, abs=TOL, nan_ok=True), key
+
+
+def test_the_documented_example_runs(tmp_path):
+    """examples/measure_during_training.py, the page's example, at tiny size: two evaluations logged and tabled."""
+    import runpy
+
+    example = runpy.run_path(str(ROOT / "examples" / "measure_during_training.py"))
+    example["main"](["--model", "tiny-qwen2", "--out", str(tmp_path / "out"), "--steps", "2", "--every", "2", "--limit", "1"])
+    rows = list(csv.DictReader((tmp_path / "out" / "readouts" / "metrics.csv").open()))
+    assert [int(r["step"]) for r in rows] == [0, 2]
+    assert (tmp_path / "out" / "checkpoint-2" / "model.safetensors").is_file()
+
+
+def test_metrics_are_the_tables_means(trained):
+    """E_J0, the control move, p and letter mass of an evaluation, recomputed from its scenarios table by hand."""
+    from readouts.callback import first_token_metrics
+
+    run = trained["root"] / "with" / "readouts" / "step-000004"
+    df = pd.read_parquet(run / "scenarios.parquet").set_index(["scenario_id", "cell", "readout"])
+    p = df.p_violating.unstack(["cell", "readout"])
+    got = first_token_metrics(run, n_boot=200)
+    e = (p["primary", "D"] - p["primary", "J0"]) - (p["twin", "D"] - p["twin", "J0"])
+    assert got["E_J0"] == pytest.approx(e.mean(), abs=1e-12) and got["E_J0_n"] == len(e) == EVAL_LIMIT
+    assert got["E_J0_low"] <= got["E_J0"] <= got["E_J0_high"]
+    assert got["control_move"] == pytest.approx((p["primary", "control"] - p["primary", "J0"]).mean(), abs=1e-12)
+    assert got["p_D_twin"] == pytest.approx(p["twin", "D"].mean(), abs=1e-12)
+    mass = df.letter_mass.unstack(["cell", "readout"])
+    assert got["letter_mass_J0"] == pytest.approx(mass["primary", "J0"].mean(), abs=1e-12)

@@ -158,6 +158,9 @@ def test_inspect_names_each_way_a_checkpoint_is_not_whole(tmp_path):
     _safetensors(ck / "model.safetensors", tensor, b"\0" * 8)
     assert inspect(ck, settle=0).problem is None and inspect(ck, settle=0).kind == "weights"
     assert inspect(ck, settle=60).problem.startswith("being written")
+    _safetensors(ck / "model.safetensors", tensor, b"\0" * 5)
+    size = (ck / "model.safetensors").stat().st_size
+    assert inspect(ck, settle=0).problem == f"model.safetensors: truncated ({size} bytes of {size + 3})"
     _safetensors(ck / "model.safetensors", tensor, b"\0" * 12)
     assert inspect(ck, settle=0).problem == "model.safetensors: corrupt (4 bytes past its tensors' end)"
     (ck / "model.safetensors").write_bytes(struct.pack("<Q", 10) + b"not json!!")
