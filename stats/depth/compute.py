@@ -5,9 +5,15 @@ Definitions (this project's extension of the gap paper; docs/paper-map.md):
 - At layer l a scenario's p_D(l) (p_J0(l)) is its violating mass normalized over the letters, through the logit
   lens at l, averaged over its option orders; g(l) = p_D(l) - p_J0(l) per cell; E(l) = mean over scenarios of
   g_primary(l) - g_twin(l), on the scenarios read in both cells at every layer (the paper's paired excess, at l).
-- The departure layer is the first layer from which E's 95% CI excludes 0 at that layer and every later one
-  (None when the last layer's does not). Its CI: the same rule applied inside each resample of an outer bootstrap
-  over scenarios, with an inner bootstrap for the per-layer CIs (percentiles of the outer resamples' departures).
+- A layer is readable through a lens when the lens puts at least `min_letter_mass` (mean over the layer's paired D
+  and J0 reads) on the letters, and, where `max_kl` is set, its mean KL to the final layer is at most that; the last
+  layer (the model's own read) is always readable. E near 0 at an unreadable layer says the lens cannot read the
+  letters there, not that there is no gap: such a layer neither departs nor interrupts a departure.
+- The departure layer is the first readable layer from which E's 95% CI lies outside +-bound at that layer and every
+  later readable one (None when the last layer's does not), bound = max(delta, final_share x |E at the last layer|):
+  a minimum effect size, so that an effect of a thousandth with a narrow CI is no departure. Its CI: the same rule
+  (same bound and readable layers) applied inside each resample of an outer bootstrap over scenarios, with an inner
+  bootstrap for the per-layer CIs (percentiles of the outer resamples' departures).
 - E's simultaneous band over layers (stats.core.bootstrap.simultaneous_band: studentized bootstrap, min-p
   calibrated) covers the whole curve at once with about 95% probability. "E is 0 at every layer below b" is a claim
   about all those layers together, so it is read from the band (`band_excludes_zero`): where E is 0 at each of 20
@@ -38,6 +44,20 @@ QUANTITIES = ("p_D", "p_J0", "g", "E")
 
 
 @dataclass(frozen=True)
+class DepartureRule:
+    """The departure rule's minimum effect size and readability mask (module docstring)."""
+
+    delta: float = 0.02
+    """E's CI must lie outside +-delta (and outside +-final_share x |E at the last layer|)."""
+    final_share: float = 0.0
+    """A share of the last layer's |E| the CI must also clear (0: delta alone)."""
+    min_letter_mass: float = 0.05
+    """A layer is readable where the lens puts at least this mass on the letters (mean over its reads)."""
+    max_kl: float | None = None
+    """Where set, a readable layer's mean KL to the final layer (nats) is at most this."""
+
+
+@dataclass(frozen=True)
 class Departure:
     """The departure layer and its bootstrap CI."""
 
@@ -51,17 +71,44 @@ class Departure:
     """Share of the outer resamples without a departure."""
     n_outer: int
     n_inner: int
+    bound: float = 0.0
+    """The minimum effect size the CIs had to clear (DepartureRule)."""
+    unreadable: tuple = ()
+    """The layers the rule skipped as unreadable."""
 
 
-def first_departure(low: np.ndarray, high: np.ndarray) -> int | None:
-    """The first index from which every interval [low, high] excludes 0 (None when the last one does not)."""
-    excludes = (low > 0) | (high < 0)
-    if not excludes[-1]:
+def first_departure(low: np.ndarray, high: np.ndarray, bound: float = 0.0, readable: np.ndarray | None = None) -> int | None:
+    """The first readable index from which every readable interval [low, high] lies outside +-bound (None when the
+    last readable one does not); unreadable indices are skipped, neither departing nor interrupting."""
+    excludes = (np.asarray(low) > bound) | (np.asarray(high) < -bound)
+    keep = np.flatnonzero(np.ones(len(excludes), bool) if readable is None else np.asarray(readable, bool))
+    if len(keep) == 0 or not excludes[keep[-1]]:
         return None
-    k = len(excludes)
-    while k > 0 and excludes[k - 1]:
+    k = len(keep)
+    while k > 0 and excludes[keep[k - 1]]:
         k -= 1
-    return k
+    return int(keep[k])
+
+
+def readability(depth: pd.DataFrame, rule: DepartureRule, lens: str = LENSES[0]) -> pd.DataFrame:
+    """Per layer through `lens`: the mean letter mass and KL to the final layer over the D and J0 reads, and whether
+    the layer is readable (module docstring)."""
+    d = depth[(depth.lens == lens) & depth.readout.isin((AGENT, JUDGE))]
+    kl = d["kl_final"] if "kl_final" in d else pd.Series(np.nan, index=d.index)
+    out = pd.DataFrame({"letter_mass": d.groupby("layer").letter_mass.mean(),
+                        "kl_final": kl.groupby(d.layer).mean()}).reset_index()
+    ok = out.letter_mass >= rule.min_letter_mass
+    if rule.max_kl is not None:
+        ok &= out.kl_final.fillna(np.inf) <= rule.max_kl
+    out["readable"] = ok | (out.layer == out.layer.max())
+    return out
+
+
+def departure_bound(estimates: pd.DataFrame, rule: DepartureRule) -> float:
+    """max(delta, final_share x |E at the last layer|)."""
+    e = estimates[estimates.quantity == "E"].sort_values("layer")
+    final = abs(float(e.value.iloc[-1])) if len(e) else 0.0
+    return max(rule.delta, rule.final_share * final)
 
 
 def band_excludes_zero(estimates: pd.DataFrame, quantity: str = "E") -> list[int]:
@@ -149,15 +196,19 @@ def _percentile_bounds(means: np.ndarray, confidence: float) -> tuple[np.ndarray
 
 
 def departure(excess: np.ndarray, layer_ids, estimates: pd.DataFrame, rng: np.random.Generator,
-              n_outer: int = 1000, n_inner: int = 400, confidence: float = 0.95) -> Departure:
-    """The departure layer of E ([S, layers] per-scenario excess) from its per-layer CIs in `estimates`, and its
-    nested bootstrap CI (module docstring)."""
+              n_outer: int = 1000, n_inner: int = 400, confidence: float = 0.95, rule: DepartureRule | None = None,
+              readable: np.ndarray | None = None) -> Departure:
+    """The departure layer of E ([S, layers] per-scenario excess) from its per-layer CIs in `estimates` under `rule`
+    (`readable`: per layer, default all), and its nested bootstrap CI (module docstring)."""
+    rule = rule or DepartureRule()
     e = estimates[estimates.quantity == "E"].sort_values("layer")
-    point = first_departure(e.low.to_numpy(), e.high.to_numpy()) if len(e) else None
+    bound = departure_bound(estimates, rule)
+    point = first_departure(e.low.to_numpy(), e.high.to_numpy(), bound, readable) if len(e) else None
     layer_ids = np.asarray(layer_ids)
+    unreadable = () if readable is None else tuple(int(x) for x in layer_ids[~np.asarray(readable, bool)])
     s = excess.shape[0]
     if s < 2:
-        return Departure(None if point is None else int(layer_ids[point]), np.nan, np.nan, np.nan, 0, 0)
+        return Departure(None if point is None else int(layer_ids[point]), np.nan, np.nan, np.nan, 0, 0, bound, unreadable)
     found = np.full(n_outer, np.nan)
     for b in range(n_outer):
         sample = excess[rng.integers(0, s, s)]
@@ -165,7 +216,7 @@ def departure(excess: np.ndarray, layer_ids, estimates: pd.DataFrame, rng: np.ra
         weights = np.zeros((n_inner, s))
         np.add.at(weights, (np.arange(n_inner)[:, None], inner), 1.0)
         lo, hi = _percentile_bounds(weights @ sample / s, confidence)
-        k = first_departure(lo, hi)
+        k = first_departure(lo, hi, bound, readable)
         if k is not None:
             found[b] = layer_ids[k]
     p_none = float(np.isnan(found).mean())
@@ -173,7 +224,7 @@ def departure(excess: np.ndarray, layer_ids, estimates: pd.DataFrame, rng: np.ra
     departed = found[~np.isnan(found)]
     low = float(np.quantile(departed, alpha)) if len(departed) >= 2 else np.nan
     high = float(np.inf) if p_none > alpha else (float(np.quantile(departed, 1 - alpha)) if len(departed) >= 2 else np.nan)
-    return Departure(None if point is None else int(layer_ids[point]), low, high, p_none, n_outer, n_inner)
+    return Departure(None if point is None else int(layer_ids[point]), low, high, p_none, n_outer, n_inner, bound, unreadable)
 
 
 def closure_columns(patching: pd.DataFrame, source: str) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:

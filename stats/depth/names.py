@@ -7,7 +7,8 @@ DEPTH_OUTPUTS = (*DEPTH_TABLES, "depth_layers.md", "depth_closure.md", "depth_le
 CAPTIONS = {
     "depth_excess.png": "paired excess E = (p_D - p_J0) primary - twin by layer through the logit lens (and the tuned "
                         "lens when the run has one), 95% paired scenario bootstrap band per layer, the simultaneous 95% band "
-                        "over the layers dotted, the logit lens's departure layer dashed; beside it p_D and p_J0 of the "
+                        "over the layers dotted, the logit lens's departure layer dashed, the layers it cannot read (letter "
+                        "mass below the rule's minimum) shaded grey; beside it p_D and p_J0 of the "
                         "primary cell (logit lens)",
     "depth_lens_kl.png": "KL divergence of each lens's full-vocabulary distribution at a layer from the model's own, at "
                          "the read positions: mean and 90th percentile over the reads (log scale)",

@@ -18,6 +18,7 @@ from stats.core.seeding import rng_for
 from stats.core.tables import read_table
 from stats.depth.compute import (
     Departure,
+    DepartureRule,
     band_excludes_zero,
     band_unbounded,
     closure_estimates,
@@ -26,6 +27,7 @@ from stats.depth.compute import (
     lens_kl,
     lenses_read,
     paired_columns,
+    readability,
 )
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
 
@@ -35,6 +37,10 @@ DEFINITIONS = (
     "CI excludes 0 at every later layer; the simultaneous band covers the whole curve at once with about 95% "
     "probability (the claim that E is 0 at every layer of a range is read from it, not from the per-layer CIs); a "
     "tuned lens (engine/tuned_lens.py) reads the same streams through a trained affine translator per layer first. "
+    "The departure rule has a minimum effect size (the CIs must lie outside +-bound, bound = max(delta, final_share x "
+    "|E at the last layer|)) and counts readable layers only: where the lens puts at least the set letter mass on the "
+    "letters (and, where set, its KL to the final layer is below the bound); E at an unreadable layer says the lens "
+    "cannot read the letters there, not that there is no gap (`readable` in depth_layers.csv; grey in the figure). "
     "KL: the lens's full-vocabulary distribution at l from the model's own (nats). "
     "Closure: the share of p_D - p_J0 (the judge patch's own gap, same orders) that "
     "replacing the agent's read-position residual after layer l closes, a ratio of means over scenarios. "
@@ -49,9 +55,11 @@ def is_depth_run(run_dir) -> bool:
     return (Path(run_dir) / DEPTH.file).is_file()
 
 
-def analyze_depth(run_dir, seed: int = 0, n_boot: int = 10_000, n_outer: int = 1000, n_inner: int = 400):
-    """(per-layer estimates of every lens read (a `lens` column), departure per lens, closure estimates, lens KL)
-    of a run directory holding depth.parquet."""
+def analyze_depth(run_dir, seed: int = 0, n_boot: int = 10_000, n_outer: int = 1000, n_inner: int = 400,
+                  rule: DepartureRule | None = None):
+    """(per-layer estimates of every lens read (a `lens` column, each layer's mean letter mass, KL and whether it is
+    readable), departure per lens, closure estimates, lens KL) of a run directory holding depth.parquet."""
+    rule = rule or DepartureRule()
     run_dir = Path(run_dir)
     depth = read_table(run_dir / DEPTH.file, DEPTH, optional=DEPTH_ADDED)
     parts, deps = [], {}
@@ -59,7 +67,11 @@ def analyze_depth(run_dir, seed: int = 0, n_boot: int = 10_000, n_outer: int = 1
         named = () if lens == LENSES[0] else (lens,)  # the logit lens keeps the streams it had before tuned lenses
         layers = depth_estimates(depth, rng_for(seed, "depth", "layers", *named), n_boot, lens)
         ids_layers, ids, values = paired_columns(depth, lens)
-        deps[lens] = departure(values[:, 3, :], ids_layers, layers, rng_for(seed, "depth", "departure", *named), n_outer, n_inner)
+        read = readability(depth[depth.scenario_id.isin(ids)], rule, lens).set_index("layer")
+        mask = read.readable.reindex(ids_layers).fillna(False).to_numpy(bool)
+        deps[lens] = departure(values[:, 3, :], ids_layers, layers, rng_for(seed, "depth", "departure", *named), n_outer,
+                               n_inner, rule=rule, readable=mask)
+        layers = layers.join(read[["letter_mass", "kl_final", "readable"]], on="layer")
         parts.append(layers.assign(lens=lens))
     layers = pd.concat(parts, ignore_index=True) if parts else depth_estimates(depth.iloc[:0], None, n_boot).assign(lens=[])
     layers = layers[["lens", *[c for c in layers.columns if c != "lens"]]]
@@ -71,14 +83,27 @@ def analyze_depth(run_dir, seed: int = 0, n_boot: int = 10_000, n_outer: int = 1
 
 def departure_text(dep: Departure) -> str:
     if dep.layer is None:
-        where = "no departure: E's 95% CI includes 0 at the last layer"
+        where = f"no departure: E's 95% CI is not outside +-{dep.bound:g} at the last layer"
     else:
-        where = f"departure layer {dep.layer}"
+        where = f"departure layer {dep.layer} (E's 95% CI outside +-{dep.bound:g} there and at every later readable layer)"
     if dep.n_outer:
         hi = "none" if math.isinf(dep.high) else f"{dep.high:g}"
         where += (f"; bootstrap CI [{dep.low:g}, {hi}] ({dep.n_outer} outer x {dep.n_inner} inner resamples, "
                   f"{dep.p_none:.1%} of them without a departure)")
+    if dep.unreadable:
+        where += f"; unreadable (skipped): {layer_ranges(dep.unreadable)}"
     return where
+
+
+def layer_ranges(layers) -> str:
+    """`1-22, 25` for layers 1..22 and 25."""
+    out, xs = [], sorted(int(x) for x in layers)
+    for x in xs:
+        if out and x == out[-1][1] + 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 def band_text(excluded: list[int], unbounded: list[int] = ()) -> str:
@@ -113,6 +138,10 @@ def excess_figure(layers: pd.DataFrame, deps: dict, path: Path) -> Path:
         ax.set_xlabel("layer (0: embeddings; logit lens)" if ax is ax_p or len(lenses) == 1 else "layer (0: embeddings)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_e.axhline(0, color=NULL, lw=0.8)
+    logit = layers[(layers.lens == LENSES[0]) & (layers.quantity == "E")]
+    if "readable" in logit:
+        for k, x in enumerate(sorted(int(v) for v in logit[~logit.readable.astype(bool)].layer)):
+            ax_e.axvspan(x - 0.5, x + 0.5, color=NULL, alpha=0.15, lw=0, label="unreadable (logit lens)" if k == 0 else None)
     dep = deps.get(LENSES[0])
     if dep is not None and dep.layer is not None:
         ax_e.axvline(dep.layer, color=NULL if len(lenses) > 1 else BAND, ls="--", lw=1,
@@ -174,9 +203,9 @@ def uneven_sources(closure: pd.DataFrame) -> list[str]:
     return []
 
 
-def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000) -> list[str]:
+def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000, rule: DepartureRule | None = None) -> list[str]:
     """Write the depth tables and figures of one run into `out_dir` (default RUN_DIR/stats); the summary lines."""
-    layers, deps, closure, kl = analyze_depth(run_dir, seed, n_boot)
+    layers, deps, closure, kl = analyze_depth(run_dir, seed, n_boot, rule=rule)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "stats"
     out.mkdir(parents=True, exist_ok=True)
     for name in DEPTH_OUTPUTS:

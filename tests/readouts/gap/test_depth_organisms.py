@@ -1,8 +1,8 @@
-"""Issue 28's acceptance on the model organisms (issue 26): a depth run of the embedded SmolLM2 with a shipped
+"""The depth readout on the model organisms: a depth run of the embedded SmolLM2 with a shipped
 organism's adapter merged recovers where its planted behaviour lives. Depth i is the stream after decoder layer i
 (0-based layer b's output is depth b + 1), so an adapter on layers b0..b1 can move nothing below depth b0 + 1.
 
-- `gap-deep` (the gap organism's targets from an adapter on layers 20-29, the band the issue names): E's simultaneous
+- `gap-deep` (the gap organism's targets from an adapter on layers 20-29): E's simultaneous
   band covers 0 at every depth <= b0 ("E is 0 at every layer below the band" is a claim about all of them at once:
   docs/depth.md) and the departure layer is > b0; the judge patch at depths at or above the departure closes at
   least half of the gap; the foreign-scenario control (another scenario's agent residual) closes less than a quarter.
@@ -125,7 +125,7 @@ def test_depth_places_the_deep_gap_in_its_band_and_the_judge_patch_closes_it(dee
 @pytest.mark.slow
 @pytest.mark.smollm
 def test_depth_foreign_residual_does_not_close_the_deep_gap(deep):
-    """The issue's control "from a different scenario with the same option order (what any foreign residual does)":
+    """The control "from a different scenario with the same option order (what any foreign residual does)":
     another scenario's agent prompt (same cell, same order) patched in at each depth at or above the departure closes
     less than a quarter of the gap. Measured: -0.35 to -0.31 at depths 24-30, the 95% CIs' upper ends 0.04-0.22.
     The foreign *judge* residual is reported beside it and closes as much as the own (0.92-1.19): at late depths a
@@ -153,7 +153,7 @@ def test_depth_finds_no_gap_where_none_is_planted(name, flat):
     assert band_leaves_zero(e) == [], e
     assert (e.value.abs() <= 0.01).all(), e  # and every E is practically 0 (the per-layer CIs reach -0.016)
     if name == "no-gap":
-        # The issue's "no departure on no-gap": the last depth (the adapter's output, trained to 0.40 in every frame
-        # and cell) has a CI covering 0 (-0.002 [-0.006, 0.002]), so no layer has E's CI excluding 0 from it on. The
-        # first no-gap (1200 steps, agent reads alone repeated) read -0.007 [-0.013, -0.001] there: a departure at 29.
+        # No departure on no-gap: the last depth (the adapter's output, trained to 0.40 in every frame
+        # and cell) has a CI covering 0 (-0.002 [-0.006, 0.002]), inside the departure rule's minimum size too. An
+        # adapter trained on the agent reads alone reads -0.007 [-0.013, -0.001] there, also inside it.
         assert dep.layer is None, dep
