@@ -400,6 +400,7 @@ def test_the_models_file_example_is_a_models_file(tmp_path, capsys):
     assert exc.value.code == 0 and alias in out and str(path) in out
 
 
+@pytest.mark.heavy  # every command of the docs, in page order: minutes
 def test_every_documented_command_runs(workspace, capsys, subtests):
     """Each documented command, in page order, as RUN says (its prerequisites first, each command once)."""
     ws, fake = workspace

@@ -43,6 +43,7 @@ def reference(tmp_path_factory):
     return gap(tmp_path_factory.mktemp("ref") / "run")
 
 
+@pytest.mark.heavy  # a run in a second interpreter
 def test_a_second_process_is_refused_while_the_first_runs(reference, tmp_path):
     out = tmp_path / "busy"
     cmd = [str(Path(sys.executable).with_name("readout")), "run", "--model", "tiny-qwen2", "--readouts", "D", "--limit", "3",

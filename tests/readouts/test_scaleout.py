@@ -90,6 +90,7 @@ LAUNCHERS = {
 }
 
 
+@pytest.mark.heavy  # two processes launched by torchrun or accelerate
 @pytest.mark.parametrize("launcher, study", [("torchrun", "gap"), ("accelerate", "gap"), ("torchrun", "nsi")])
 def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
     out = tmp_path / "ddp"
