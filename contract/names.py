@@ -86,9 +86,15 @@ pressure = agent prompt (primary) minus agent prompt (twin), judgment = letter-o
 (primary); same scenario and option order. A user's vector file is the third kind (FILE_DIRECTION)."""
 FILE_DIRECTION = "file"
 """The `direction` column of rows steered along a user-given vector file."""
+SHUFFLED_DIRECTION = "shuffled"
+"""The `direction` column of the label-shuffled null: the computed direction's mean difference with the two prompts'
+labels swapped in a seeded half of the direction part's scenarios, scaled to the direction's norm at each depth."""
 RANDOM_DIRECTION = "random"
 """The `direction` column of the null rows: a seeded random direction of the steered direction's norm at that layer."""
 UNSTEERED = "none"
 """The `direction` column of the unsteered reads (strength 0, layer null): the baseline every row is compared with."""
+STEER_PARTS = ("direction", "selection", "test")
+"""The parts of a steering run's selection: the direction is computed on the first, the layer and strength chosen on
+the second by the rule the manifest records, the verdict read on the third only (readouts/steer/split.py)."""
 STEER_READOUTS = ("D", "J0", "control")
 """The first-token readouts read under steering (each in every cell it reads: the twins ride along)."""

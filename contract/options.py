@@ -41,6 +41,10 @@ SHARE = Numeric(float, 0.0, 1.0)
 TOP_P = Numeric(float, 0.0, 1.0, low_open=True)
 SPLIT = Numeric(float, 0.0, 1.0, low_open=True)
 """A training share of a split: above 0 (each stratum of two or more keeps one record on each side)."""
+RATIO = Numeric(float, 0.0, low_open=True)
+"""A positive ratio: a bound on E_steered / E0."""
+MARGIN = Numeric(float, 0.0, 1.0, low_open=True)
+"""An equivalence margin on a probability: above 0, at most 1."""
 TEMPERATURE = Numeric(float, 0.0)
 LEARNING_RATE = Numeric(float, 0.0, low_open=True)
 """An optimizer's step size: above 0."""

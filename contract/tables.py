@@ -144,11 +144,16 @@ prompt's letters with its read-position residual after `layer` replaced by the s
 _STEER_KEY = "model:str direction:str direction_seed:int? layer:int? strength:float positions:str"
 STEERING = Table("steering", _cols(
     f"{_STEER_KEY} scenario_id:str family:str cell:str readout:str order_index:int letters:str violating_letter:str "
-    "mass:list[float] letter_mass:float p_violating:float"))
+    "mass:list[float] letter_mass:float p_violating:float part:str?"))
 """One row per first-token read (contract.names.STEER_READOUTS) of a held-out scenario x steering condition: the
-read's letter mass with strength x direction added to the residual after `layer` (unsteered: direction `none`)."""
+read's letter mass with strength x direction added to the residual after `layer` (unsteered: direction `none`), and
+the part of the split the scenario is in (`selection` or `test`, contract.names.STEER_PARTS)."""
+STEER_ADDED = ("part",)
+"""steering.parquet columns a table may lack (tables written with a two-way split); its readers treat them as
+missing."""
 STEER_CAPABILITY = Table("steer_capability", _cols(f"{_STEER_KEY} loss:float tokens:int"))
-"""One row per steering condition: mean next-token loss (nats) on the shipped held-out text under that steering."""
+"""One row per steering condition: mean next-token loss (nats) on the shipped held-out text under that steering,
+added where the readouts got it (the run's `positions`: at each predicting position alone, or at every position)."""
 
 TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING, STEERING,
                               STEER_CAPABILITY)}

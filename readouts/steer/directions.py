@@ -5,12 +5,15 @@ difference of read-position residuals of two prompts of the same scenario in the
 - judgment: letter-only judge prompt (J0's frame) minus agent prompt, both primary (what asking "which is right"
   instead of "what do you do" adds).
 
-A random null direction at a depth is a seeded Gaussian vector scaled to the steered direction's norm there. A vector
-file (.npy) holds one vector [hidden] used at every depth, or one per depth [L + 1, hidden].
+A random null direction at a depth is a seeded Gaussian vector scaled to the steered direction's norm there; the
+label-shuffled null is the same mean difference with the two prompts swapped in a seeded half of the scenarios, scaled
+to the direction's norm too. A vector file (.npy) holds one vector [hidden] used at every depth, or one per depth
+[L + 1, hidden].
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +65,12 @@ def unbalanced_orders(scenarios, profile, seed: int) -> list[str]:
 
 def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> torch.Tensor:
     """[depths, hidden] fp32: the mean over `scenarios` x D's option orders of residual(plus) - residual(minus)."""
+    return contrast_parts(lm, scenarios, kind, profile, seed, token_budget)[0].mean(0)
+
+
+def contrast_parts(lm, scenarios, kind: str, profile, seed: int, token_budget=None) -> tuple[torch.Tensor, list, torch.Tensor]:
+    """(diffs [pairs, depths, hidden] fp32: residual(plus) - residual(minus) per scenario x D's option order, the
+    scenario id of each pair, the mean residual norm per depth over every prompt read [depths])."""
     from readouts.gap.prompts import prompt_of
 
     pairs = contrast_renders(scenarios, kind, profile, seed)
@@ -72,7 +81,27 @@ def contrast_direction(lm, scenarios, kind: str, profile, seed: int, token_budge
     letters = [lm.letters(r.letters) for r in rendered]
     out = score_ids(lm.model, seqs, letters, residuals=True, pad_id=lm.pad_id, token_budget=token_budget)
     diffs = torch.stack([out[2 * i].residuals - out[2 * i + 1].residuals for i in range(len(pairs))])
-    return diffs.mean(0)
+    norms = torch.stack([o.residuals.float().norm(dim=-1) for o in out]).mean(0)
+    return diffs, [pair[0].scenario_id for pair in pairs], norms
+
+
+def residual_norms(lm, scenarios, profile, seed: int, token_budget=None) -> torch.Tensor:
+    """[depths]: the mean residual norm at the read position of the agent prompts (primary and twin) of `scenarios`
+    in D's option orders (what a vector file's perturbation is measured against)."""
+    return contrast_parts(lm, scenarios, "pressure", profile, seed, token_budget)[2]
+
+
+def shuffled_direction(diffs: torch.Tensor, pair_ids: list, seed: int, norms: torch.Tensor) -> torch.Tensor:
+    """The label-shuffled null [depths, hidden]: the mean of the contrasts with the two prompts' labels swapped in a
+    seeded half of the scenarios (every order of a swapped scenario swapped: the labels are permuted per scenario),
+    scaled at each depth to `norms` (the direction's), so that it is read at the same strengths as the direction."""
+    ids = sorted(set(pair_ids))
+    random.Random(f"steer-shuffle|{seed}").shuffle(ids)
+    swapped = set(ids[: len(ids) // 2])
+    sign = torch.tensor([-1.0 if i in swapped else 1.0 for i in pair_ids], dtype=diffs.dtype)
+    mean = (diffs * sign[:, None, None]).mean(0)
+    length = mean.norm(dim=-1, keepdim=True)
+    return torch.where(length > 0, mean / length.clamp_min(1e-30) * norms[:, None], mean)
 
 
 def random_direction(norm: float, hidden: int, seed: int, k: int, depth: int) -> torch.Tensor:

@@ -1,9 +1,11 @@
-"""`readout steer` as the run driver sees it: the held-out half of the profile's selection is the run's records
-(readouts.steer.split), the directions are computed from the other half when the model loads (`prepare`), and each
-chunk reads D, J0 and control (every cell each reads) unsteered and under every steering condition of the grid:
-each layer x strength x (the direction and its random nulls). The manifest records the direction, layers,
-strengths, positions, random seeds, the split and the seed (identity: a resume must match them all); the chunk
-holding the first held-out scenario also measures the capability text's loss under every condition.
+"""`readout steer` as the run driver sees it: the profile's selection is split three ways (readouts.steer.split);
+the selection and test parts are the run's records, the directions are computed from the direction part when the
+model loads (`prepare`), and each chunk reads D, J0 and control (every cell each reads) unsteered and under the
+grid's conditions: each layer x strength x the direction and its label-shuffled null on both parts, and the random
+nulls on the test part only (the selection rule reads the direction's own checks; the random band is the verdict's).
+The manifest records the direction, layers, strengths, positions, random seeds, the split, the seed and the verdict's
+rules with the selection rule (identity: a resume must match them all); the chunk holding the first read scenario
+also measures the capability text's loss under every condition (readouts/steer/capability.py).
 """
 
 from __future__ import annotations
@@ -13,19 +15,38 @@ from dataclasses import dataclass, field
 
 import torch
 
-from contract.names import FILE_DIRECTION, RANDOM_DIRECTION, STEER_DIRECTIONS, STEER_READOUTS, UNSTEERED
+from contract.names import (
+    FILE_DIRECTION,
+    RANDOM_DIRECTION,
+    SHUFFLED_DIRECTION,
+    STEER_DIRECTIONS,
+    STEER_PARTS,
+    STEER_READOUTS,
+    UNSTEERED,
+)
 from contract.readouts import readout
 from contract.tables import STEER_CAPABILITY, STEERING
 from engine.errors import ReadoutError
-from engine.render import Prompt, encode_prompt
 from engine.residuals import n_depths
-from engine.steering import POSITIONS, Steering, score_steered, token_loss
+from engine.steering import POSITIONS, Steering, score_steered
 from readouts.gap.profile import PROFILES
 from readouts.gap.recipe import GapRunner, reads_per_scenario
 from readouts.gap.study import GapStudy
 from readouts.manifest import file_sha256
-from readouts.steer.directions import CAPABILITY_TEXT, contrast_direction, load_vector_file, random_direction, unbalanced_orders
-from readouts.steer.split import split_records
+from readouts.steer.capability import capability_losses
+from readouts.steer.directions import (
+    CAPABILITY_TEXT,
+    contrast_parts,
+    load_vector_file,
+    random_direction,
+    residual_norms,
+    shuffled_direction,
+    unbalanced_orders,
+)
+from readouts.steer.split import split_parts
+from stats.steer.rules import Rules
+
+SELECTION, TEST = STEER_PARTS[1], STEER_PARTS[2]
 
 
 @dataclass(frozen=True)
@@ -40,10 +61,17 @@ class SteerSettings:
     """What the direction is multiplied by, at each layer."""
     positions: str = "all"
     """engine.steering.POSITIONS: every position, or the read position only."""
-    random: int = 3
-    """Random null directions (seeds 0..random-1) of the direction's norm at each layer and strength."""
-    train_fraction: float = 0.5
-    """Share of each family's scenarios the directions are computed on (the rest are read)."""
+    random: int = 100
+    """Random null directions (seeds 0..random-1) of the direction's norm at each layer and strength (test part)."""
+    fractions: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+    """Shares of the selection in the direction, selection and test parts."""
+    shuffled: bool = True
+    """Also read the label-shuffled null (a computed direction only)."""
+    rules: Rules = field(default_factory=Rules)
+    """The verdict's threshold, margin and levels (recorded before the run)."""
+    panel_part: tuple[str, str] | None = None
+    """(panel, part): read only the scenarios of that part of the panel's recorded split (panels/split.py), e.g.
+    the held-out part no organism trains on; None: the whole selection."""
 
     def check(self) -> None:
         if self.positions not in POSITIONS:
@@ -54,8 +82,12 @@ class SteerSettings:
             raise ReadoutError(f"--strengths: want finite numbers, e.g. -2,-1,1, got {list(self.strengths)}")
         if self.random < 0:
             raise ReadoutError(f"--random: must be >= 0, got {self.random}")
-        if not 0 < self.train_fraction < 1:
-            raise ReadoutError(f"--train-fraction: must be in (0, 1), got {self.train_fraction}")
+        if len(self.fractions) != 3 or any(not (f > 0 and math.isfinite(f)) for f in self.fractions):
+            raise ReadoutError(f"--fractions: want three positive shares (direction, selection, test), got {list(self.fractions)}")
+        if not (0 < self.rules.threshold and math.isfinite(self.rules.threshold)):
+            raise ReadoutError(f"--threshold: must be a positive ratio, got {self.rules.threshold}")
+        if not 0 < self.rules.margin < 1:
+            raise ReadoutError(f"--margin: must be in (0, 1), got {self.rules.margin}")
 
 
 @dataclass(frozen=True)
@@ -67,6 +99,8 @@ class Condition:
     layer: int | None
     strength: float
     vector: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    parts: tuple[str, ...] = (SELECTION, TEST)
+    """The parts whose scenarios are read under it."""
 
     def steering(self, positions: str) -> Steering | None:
         return None if self.vector is None else Steering(self.layer, self.vector, self.strength, positions)
@@ -86,6 +120,8 @@ class SteerStudy(GapStudy):
     stats_command: str = "readout stats"
     train: list = field(default_factory=list)
     held: list = field(default_factory=list)
+    part_of: dict = field(default_factory=dict)
+    norms: dict = field(default_factory=dict)
     conditions: list = field(default_factory=list)
     _seed: int = 0
 
@@ -101,12 +137,24 @@ class SteerStudy(GapStudy):
         return f"steer-{profile.name}-seed{seed}"
 
     def split(self, records, seed: int) -> list:
-        """The held-out records (read by the run); the training records are kept for `prepare`."""
+        """The selection and test parts' records (read by the run); the direction part is kept for `prepare`."""
         self._seed = seed
-        self.train, self.held = split_records(records, seed, self.stratum, self.settings.train_fraction)
-        if not self.train or not self.held:
-            raise ReadoutError(f"--limit/--profile: {len(records)} records cannot be split into a training and a "
-                               "held-out part (need at least two in some family)")
+        if self.settings.panel_part is not None:
+            from panels.records import PanelError
+            from panels.split import load_split
+
+            panel, part = self.settings.panel_part
+            try:
+                keep = set(load_split(panel).ids(part))
+            except PanelError as exc:
+                raise ReadoutError(f"--panel-part: {exc}") from None
+            records = [r for r in records if r.id in keep]
+        self.train, selection, test = split_parts(records, seed, self.stratum, self.settings.fractions)
+        if not self.train or not selection or not test:
+            raise ReadoutError(f"--limit/--profile: {len(records)} records cannot be split into a direction, a selection "
+                               "and a test part (need at least three)")
+        self.part_of = {**{r.id: SELECTION for r in selection}, **{r.id: TEST for r in test}}
+        self.held = [r for r in records if r.id in self.part_of]
         return self.held
 
     def prepare(self, lm, panel, records, profile) -> dict:
@@ -115,20 +163,30 @@ class SteerStudy(GapStudy):
         bad = [d for d in st.layers if not 0 <= d < depths]
         if bad:
             raise ReadoutError(f"--layers: {bad[0]} is not a depth of this model (0..{depths - 1}; i: after layer i)")
+        shuffled = None
         if st.direction in STEER_DIRECTIONS:
-            name, source = st.direction, {"computed_from": "training split"}
-            vectors = contrast_direction(lm, self.train, st.direction, profile, self._seed)
+            name, source = st.direction, {"computed_from": "direction part"}
+            diffs, pair_ids, res_norms = contrast_parts(lm, self.train, st.direction, profile, self._seed)
+            vectors = diffs.mean(0)
+            if st.shuffled:
+                shuffled = shuffled_direction(diffs, pair_ids, self._seed, vectors.norm(dim=-1))
         else:
             vectors = load_vector_file(st.direction, lm.model)
             name, source = FILE_DIRECTION, {"file": st.direction, "sha256": file_sha256(st.direction)}
-        self.conditions = conditions(name, vectors, st, lm.model.config.hidden_size, self._seed)
+            res_norms = residual_norms(lm, self.train, profile, self._seed)
+        self.conditions = conditions(name, vectors, st, lm.model.config.hidden_size, self._seed, shuffled)
+        parts = {p: [r.id for r in self.held if self.part_of[r.id] == p] for p in (SELECTION, TEST)}
         steering = {"direction": name, **source, "layers": list(st.layers), "strengths": list(st.strengths),
-                    "positions": st.positions, "random_seeds": list(range(st.random)),
-                    "train_fraction": st.train_fraction, "split_seed": self._seed,
-                    "train": [r.id for r in self.train], "held_out": [r.id for r in self.held],
+                    "positions": st.positions, "random_seeds": list(range(st.random)), "random_parts": [TEST],
+                    "shuffled": shuffled is not None, "fractions": list(st.fractions), "split_seed": self._seed,
+                    "train": [r.id for r in self.train], "selection": parts[SELECTION], "test": parts[TEST],
+                    "held_out": [r.id for r in self.held], "rules": st.rules.as_dict(),
+                    "panel_part": None if st.panel_part is None else st.panel_part[1],
                     "capability_text": CAPABILITY_TEXT.name}
         norms = {str(d): round(float(vectors[d].norm()), 6) for d in st.layers}
-        out = {**extra, "steering": steering, "steering_norms": norms}
+        residual = {str(d): round(float(res_norms[d]), 6) for d in st.layers}
+        self.norms = {"direction": norms, "residual": residual}
+        out = {**extra, "steering": steering, "steering_norms": norms, "steering_residual_norms": residual}
         if st.direction in STEER_DIRECTIONS:
             unbalanced = unbalanced_orders(self.train, profile, self._seed)
             out["steering_unbalanced_orders"] = unbalanced
@@ -142,14 +200,19 @@ class SteerStudy(GapStudy):
         return out
 
     def work(self, record, profile) -> int:
-        return reads_per_scenario(record, profile, self.groups) * max(1, len(self.conditions))
+        part = self.part_of.get(record.id, TEST)
+        return reads_per_scenario(record, profile, self.groups) * max(1, sum(part in c.parts for c in self.conditions))
 
     def workload(self, tokenizer, chunks, profile, seed: int, bounds):
         """The grid's workload per stage without a model (`--plan`; readouts/steer/plan.py)."""
         from readouts.steer.plan import steer_workload
 
         base = super().workload(tokenizer, chunks, profile, seed, bounds)
-        return steer_workload(tokenizer, self, base, profile, seed)
+        parts = {}
+        for p in (SELECTION, TEST):
+            mine = [kept for w in chunks if (kept := [r for r in w if self.part_of.get(r.id) == p])]
+            parts[p] = super().workload(tokenizer, mine, profile, seed, bounds) if mine else []
+        return steer_workload(tokenizer, self, base, parts, profile, seed)
 
     def runner(self, lm, profile, seed, options, bar):
         return self.runner_type(lm, profile, seed, self, options.model.model, bar, options.model.token_budget)
@@ -157,17 +220,22 @@ class SteerStudy(GapStudy):
     def summary(self, tables) -> list[str]:
         from readouts.steer.summary import summary_lines
 
-        return summary_lines(tables[0], tables[1])
+        return summary_lines(tables[0], tables[1], self.settings.rules, self.norms)
 
 
-def conditions(name: str, vectors: torch.Tensor, st: SteerSettings, hidden: int, seed: int) -> list[Condition]:
-    """The unsteered condition, then per layer and strength the direction and its random nulls."""
+def conditions(name: str, vectors: torch.Tensor, st: SteerSettings, hidden: int, seed: int,
+               shuffled: torch.Tensor | None = None) -> list[Condition]:
+    """The unsteered condition, then per layer and strength the direction, its label-shuffled null (both parts) and
+    its random nulls (the test part)."""
     out = [Condition(UNSTEERED, None, None, 0.0)]
     for d in st.layers:
         norm = float(vectors[d].norm())
         for s in st.strengths:
             out.append(Condition(name, None, d, s, vectors[d]))
-            out += [Condition(RANDOM_DIRECTION, k, d, s, random_direction(norm, hidden, seed, k, d)) for k in range(st.random)]
+            if shuffled is not None:
+                out.append(Condition(SHUFFLED_DIRECTION, None, d, s, shuffled[d]))
+            out += [Condition(RANDOM_DIRECTION, k, d, s, random_direction(norm, hidden, seed, k, d), (TEST,))
+                    for k in range(st.random)]
     return out
 
 
@@ -188,40 +256,42 @@ class SteerRunner:
         positions = self.study.settings.positions
         reads = [rd for name in STEER_READOUTS for rd in self.plan._first_token_reads(scenarios, readout(name))]
         letters = [self.lm.letters(rd.rendered.letters) for rd in reads]
+        part = [self.study.part_of.get(rd.scenario.id, TEST) for rd in reads]
         # One call for the whole grid: read-position steerings share one prefix tree with the unsteered reads (each
         # steered read runs its last token only); all-position steerings get a tree each (engine/steering.py).
         t0 = time.perf_counter()
-        conds = self.study.conditions
-        steer = [c.steering(positions) for c in conds for _ in reads]
+        pairs = [(c, i) for c in self.study.conditions for i in range(len(reads)) if part[i] in c.parts]
+        steer = [c.steering(positions) for c, _ in pairs]
         # The grid is one call: its own bar (engine/scoring.py) moves while it runs; the run's bar after it.
         shown = self.bar is not None and not self.bar.disable
-        out = score_steered(self.lm.model, [rd.ids for _ in conds for rd in reads], letters * len(conds), steer,
+        out = score_steered(self.lm.model, [reads[i].ids for _, i in pairs], [letters[i] for _, i in pairs], steer,
                             temperature=self.profile.temperature, pad_id=self.lm.pad_id, token_budget=self.token_budget,
                             progress=shown)
-        rows = []
-        for k, c in enumerate(conds):
-            key = c.key(self.model_name, positions)
-            rows += [read_row(key, rd, res) for rd, res in zip(reads, out[k * len(reads) : (k + 1) * len(reads)])]
+        rows = [read_row(c.key(self.model_name, positions), reads[i], res, part[i]) for (c, i), res in zip(pairs, out)]
         self.timings["grid"] = self.timings.get("grid", 0.0) + time.perf_counter() - t0
         self.counts["grid"] = self.counts.get("grid", 0) + len(steer)
         if self.bar is not None:
             self.bar.update(len(steer))
         capability = []
         if scenarios and scenarios[0].id == self.study.held[0].id:
-            ids = encode_prompt(self.lm.tokenizer, Prompt(text=CAPABILITY_TEXT.read_text(encoding="utf-8")))
-            for c in self.study.conditions:
-                loss, n = token_loss(self.lm.model, ids, c.steering(positions))
+            t0 = time.perf_counter()
+            conds = self.study.conditions
+            losses = capability_losses(self.lm, [c.steering(positions) for c in conds], positions)
+            for c, (loss, n) in zip(conds, losses):
                 capability.append(dict(**c.key(self.model_name, positions), loss=loss, tokens=n))
+            self.timings["capability"] = self.timings.get("capability", 0.0) + time.perf_counter() - t0
+            self.counts["capability"] = self.counts.get("capability", 0) + len(conds)
         return rows, capability
 
 
 SteerStudy.runner_type = SteerRunner  # the steering grid reads one chunk at a time (no run_window)
 
 
-def read_row(key: dict, rd, res) -> dict:
+def read_row(key: dict, rd, res, part: str) -> dict:
     r = rd.rendered
     total = sum(res.mass)
     v = res.mass[r.letters.index(r.violating_letter)]
     return dict(**key, scenario_id=rd.scenario.id, family=rd.scenario.family, cell=rd.cell, readout=rd.spec.name,
                 order_index=rd.order_index, letters="".join(r.letters), violating_letter=r.violating_letter,
-                mass=list(res.mass), letter_mass=res.letter_mass, p_violating=v / total if total > 0 else math.nan)
+                mass=list(res.mass), letter_mass=res.letter_mass, p_violating=v / total if total > 0 else math.nan,
+                part=part)

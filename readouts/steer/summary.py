@@ -1,29 +1,30 @@
-"""The lines `readout steer` prints at the end: the held-out E unsteered and at each layer and strength of the
-steered direction, beside the random directions' range (means only; `readout stats` gives the CIs)."""
+"""The lines `readout steer` prints at the end: for the steered direction and its label-shuffled null, the grid point
+chosen on the selection part and the verdict on the test part, each rule with its interval (stats.steer.experiment;
+`readout stats` writes the same with the tables and figure)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from contract.names import RANDOM_DIRECTION, UNSTEERED
-from stats.steer.compute import scenario_values
+from stats.core.seeding import rng_for
+from stats.steer.compute import capability, scenario_values
+from stats.steer.experiment import experiment, verdict_lines
+from stats.steer.rules import Rules
+
+N_BOOT = 2000
+"""Resamples of the end-of-run verdict (`readout stats` uses its own --n-boot)."""
 
 
-def summary_lines(steering: pd.DataFrame, capability: pd.DataFrame) -> list[str]:
+def summary_lines(steering: pd.DataFrame, cap: pd.DataFrame, rules: Rules | None = None, norms: dict | None = None) -> list[str]:
     if steering.empty:
         return ["summary: no reads"]
     v = scenario_values(steering)
-    means = v.groupby(["direction", "direction_seed", "layer", "strength"])[["E", "p_D_twin", "p_J0"]].mean().reset_index()
-    base = means[means.direction == UNSTEERED]
-    if base.empty:
+    if v[v.direction == UNSTEERED].empty:
         return ["summary: no unsteered reads"]
-    e0, twin0, j0 = (float(base[c].iloc[0]) for c in ("E", "p_D_twin", "p_J0"))
-    lines = [f"held-out E unsteered {e0:.3f} (p_D twin {twin0:.3f}, J0 {j0:.3f}; {v.scenario_id.nunique()} scenarios)"]
-    main = means[~means.direction.isin([UNSTEERED, RANDOM_DIRECTION])]
-    rand = means[means.direction == RANDOM_DIRECTION]
-    for (layer, strength), g in main.groupby(["layer", "strength"]):
-        r = rand[(rand.layer == layer) & (rand.strength == strength)].E
-        band = f"; random E {r.min():.3f} .. {r.max():.3f}" if len(r) else ""
-        lines.append(f"layer {layer} strength {strength:+g}: E {g.E.iloc[0]:.3f}, p_D twin {g.p_D_twin.iloc[0] - twin0:+.3f}, "
-                     f"J0 {g.p_J0.iloc[0] - j0:+.3f}{band}")
+    lines = []
+    for direction in [d for d in dict.fromkeys(v.direction) if d not in (UNSTEERED, RANDOM_DIRECTION)]:
+        grid, verdict = experiment(v, direction, rules or Rules(), rng_for(0, "steer", "verdict", direction), N_BOOT,
+                                   capability(cap), norms)
+        lines += verdict_lines(grid, verdict)
     return lines

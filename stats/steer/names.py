@@ -1,12 +1,13 @@
 """The files `readout stats` writes for a steering run (read by the HTML report too), declared once."""
 
 STEER_FIGURES = ("steer_strength.png",)
-STEER_TABLES = ("steer_grid.csv", "steer_random_band.csv", "steer_capability.csv")
+STEER_TABLES = ("steer_verdict.csv", "steer_selection.csv", "steer_grid.csv", "steer_random_band.csv",
+                "steer_capability.csv")
 STEER_MARKDOWN = "steer_summary.md"
-STEER_OUTPUTS = (*STEER_TABLES, "steer_grid.md", "steer_random_band.md", "steer_capability.md", STEER_MARKDOWN,
-                 *STEER_FIGURES)
+STEER_OUTPUTS = (*STEER_TABLES, *(t.replace(".csv", ".md") for t in STEER_TABLES), STEER_MARKDOWN, *STEER_FIGURES)
 CAPTIONS = {
-    "steer_strength.png": "held-out paired excess E = (p_D - p_J0) primary - twin against steering strength, one panel "
-                          "per layer, 95% paired scenario bootstrap band; grey: the range of E over the random directions "
-                          "of the same norm; beside it the twin's p_D and J0 (primary) under the same steering",
+    "steer_strength.png": "test part: paired excess E = (p_D - p_J0) primary - twin against steering strength, one panel "
+                          "per layer, 95% paired scenario bootstrap band; grey: the 5th-95th percentile band of E over the "
+                          "random directions of the same norm; dotted: the point chosen on the selection part; beside it "
+                          "the twin's p_D and J0 (primary) under the same steering",
 }

@@ -1,22 +1,18 @@
-"""Issue 29's acceptance on the model organisms: `readout steer` on the embedded SmolLM2 with an organism's adapter
-merged, the pressure direction from the training split applied at the read position on the held-out split.
+"""`readout steer` on the model organisms, as a pre-registered experiment: the embedded SmolLM2 with an organism's
+adapter merged, the pressure direction from the direction part, the grid point chosen on the selection part, the
+verdict on the test part (stats/steer/experiment.py), for the direction and for its label-shuffled null.
 
-- `gap-deep` (docs/organisms.md: the gap organism's targets from an adapter on decoder layers 20-29): at some layer
-  within the band (depths 21, 22, 25 and 28, each the stream after a band layer) some negative strength brings the
-  held-out E to at most half of the unsteered E with the twin's p_D and J0 (primary and twin) each moving by less
-  than 0.05 and the random directions' E within 0.05 of the unsteered E. Met at depth 21, strength -2, by margins of a
-  few thousandths (docs/steering.md has the measured grid, the split seeds tried and how the margins move).
-- `no-gap` (adapter on the last layer): no strength gives an E whose CI excludes 0 without moving the twin by as much.
-- Both: the run reads exactly the held-out scenarios its manifest names, disjoint from the training ones.
+- The generalizing organisms (docs/organisms.md), on gap-v2's held-out part (62 scenarios no organism trains on:
+  about 20 per part), the layers of their band (adapters on layers 20-29): `gap-general`'s verdict is whatever it is,
+  printed with every interval and checked to follow the rules; on `no-gap-general` no grid point is declared a
+  reduction (no point's E_steered / E0 interval lies below the threshold on the test part). Skipped while their
+  adapters are not shipped (organisms/data).
+- The shipped single-panel organisms (`gap-deep`, `no-gap`) on the quick profile's ten gap-v1 scenarios (their
+  training records; three or four per part): the same checks, on small parts.
 
-The quick profile's ten gap-v1 scenarios (the organisms' training records; five held out), with its own option orders,
-and two random directions. Outside `make test` (LOGIT_READOUT_SLOW=1, as tests/readouts/gap/test_depth_organisms.py):
-SmolLM2 with an adapter, a residual pass over the training split, the grid and its capability forwards. The single-
-layer `gap` organism does not meet the figure (docs/steering.md: its adapter reads the pressure through the last
-layer's attention, which a read-position vector does not reach). The thresholds are the issue's; depth 21 joined the
-grid after a sweep of the band's first depths, and the orders went from two per readout to the profile's own (with
-two, depth 21 at -2 missed two figures by about 0.001: docs/steering.md). Prints the figures (`pytest -s`, lines
-starting STEER)."""
+Outside `make test` (LOGIT_READOUT_SLOW=1): SmolLM2 with an adapter, the grid with its random directions and the
+capability forwards. Prints the verdict lines (`pytest -s`, lines starting STEER).
+"""
 
 import dataclasses
 import json
@@ -29,22 +25,21 @@ from readouts.driver import run as run_study
 from readouts.gap import profile as gap_profile
 from readouts.steer.study import SteerSettings, SteerStudy
 from stats.core.seeding import rng_for
-from stats.steer.compute import estimates, random_band, verdict
+from stats.steer.compute import capability, scenario_values
+from stats.steer.experiment import TEST, experiment, grid_points, verdict_lines, verdict_on_test
+from stats.steer.rules import Rules
 
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="steer-organism")
 """The quick profile with its own option orders: D's six put every option at every letter equally often in two- and
 three-option scenarios, so the pressure direction (a mean over D's orders) does not also carry which letters the
 violating option stood at (readouts/steer/directions.py warns when they do not)."""
-DEEP_LAYERS = (21, 22, 25, 28)
-"""Depths within gap-deep's band (layers 20-29, 0-based; depth i is the stream after decoder layer i, so 21 is the
-band's first layer's output)."""
-DEEP = SteerSettings(direction="pressure", layers=DEEP_LAYERS, strengths=(-4.0, -2.0, -1.0, -0.5), positions="read",
-                     random=2)
-NO_GAP = SteerSettings(direction="pressure", layers=(29,), strengths=(-2.0, -1.0, 1.0), positions="read", random=2)
-BOUND = 0.05
+BAND = (21, 22, 25, 28)
+"""Depths within the organisms' band (layers 20-29, 0-based; depth i is the stream after decoder layer i)."""
+GRID = dict(direction="pressure", layers=BAND, strengths=(-4.0, -2.0, -1.0, -0.5), positions="read")
+RULES = Rules()
 
 
-def steer_run(name: str, out, settings: SteerSettings):
+def steer_run(name: str, out, settings: SteerSettings, panel: str, overrides=()):
     organisms = pytest.importorskip("organisms")
     if organisms.shipped_path(name) is None:
         pytest.skip(f"organism {name}: no shipped adapter in organisms/data/{name}")
@@ -52,37 +47,78 @@ def steer_run(name: str, out, settings: SteerSettings):
         mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
         path = run_study(SteerStudy(settings=settings),
                          RunOptions(model=ModelOptions("smollm2-135m", loading=Loading(adapter=str(organisms.shipped_path(name)))),
-                                    panel="gap-v1", profile=PROFILE.name, out=str(out), progress=False),
+                                    panel=panel, profile=PROFILE.name, out=str(out), progress=False, overrides=overrides),
                          log=lambda _: None)
     manifest = json.loads((path / "manifest.json").read_text())
     steering = pd.read_parquet(path / "steering.parquet")
-    split = manifest["steering"]
-    assert split["train"] and split["held_out"] and not set(split["train"]) & set(split["held_out"])
-    assert set(steering.scenario_id) == set(split["held_out"])
-    est = estimates(steering, rng_for(0, "steer-organism"), 2000)
-    return est, random_band(est)
+    st = manifest["steering"]
+    parts = [set(st[p]) for p in ("train", "selection", "test")]
+    assert all(parts) and not parts[0] & parts[1] and not parts[0] & parts[2] and not parts[1] & parts[2]
+    assert set(steering.scenario_id) == parts[1] | parts[2]
+    norms = {"direction": manifest["steering_norms"], "residual": manifest["steering_residual_norms"]}
+    cap = capability(pd.read_parquet(path / "steer_capability.parquet"))
+    return scenario_values(steering), cap, norms, len(parts[2])
+
+
+def verdicts(name, values, cap, norms):
+    out = {}
+    for direction in ("pressure", "shuffled"):
+        grid, v = experiment(values, direction, RULES, rng_for(0, "steer-organism", direction), 2000, cap, norms)
+        for line in verdict_lines(grid, v):
+            print("STEER", name, line)
+        if v["layer"] is not None:
+            assert v["passed"] == (v["reduced"] and v["kept"] and v["beyond_random"] and v["capability_kept"])
+            chosen = max((g for g in grid if g["kept"]), key=lambda g: g["reduction"])
+            assert (chosen["layer"], chosen["strength"]) == (v["layer"], v["strength"])
+        out[direction] = v
+    return out
+
+
+def no_point_reduces(values, cap, norms) -> list:
+    """Every grid point of the direction on the test part whose E_steered / E0 interval lies below the threshold."""
+    found = []
+    for point in grid_points(values[values.part == TEST], "pressure"):
+        v = verdict_on_test(values, "pressure", point, RULES, rng_for(0, "no-reduction", *point), 2000, cap, norms)
+        print("STEER no-reduction check", point, round(v["ratio"], 4), round(v["ratio_low"], 4), round(v["ratio_high"], 4))
+        if v["reduced"]:
+            found.append(point)
+    return found
+
+
+GENERAL = dict(panel="gap-v2", overrides=("max_units=1000",))
+"""gap-v2's whole held-out part (the profile's cap lifted; SteerSettings.panel_part keeps the held-out scenarios)."""
 
 
 @pytest.mark.slow
 @pytest.mark.smollm
-def test_pressure_direction_removes_the_gap_organisms_excess(tmp_path):
-    est, band = steer_run("gap-deep", tmp_path / "gap-deep", DEEP)
-    verdicts = [verdict(est, band, "pressure", layer, BOUND) for layer in DEEP_LAYERS]
-    for v in verdicts:
-        print("STEER gap-deep", {k: round(x, 4) if isinstance(x, float) else x for k, x in v.items()})
-    assert all(v["E0"] > 0.3 for v in verdicts), verdicts  # the organism's gap on the held-out split
-    met = [v for v in verdicts if v["met"]]
-    assert met, verdicts
-    assert all(v["strength"] < 0 for v in met), met
+def test_gap_general_verdict_follows_the_rules(tmp_path):
+    settings = SteerSettings(**GRID, random=100, panel_part=("gap-v2", "held-out"))
+    values, cap, norms, n_test = steer_run("gap-general", tmp_path / "gap-general", settings, **GENERAL)
+    assert n_test >= 20
+    verdicts("gap-general", values, cap, norms)
 
 
 @pytest.mark.slow
 @pytest.mark.smollm
-def test_no_gap_organism_shows_no_excess_under_steering(tmp_path):
-    est, _ = steer_run("no-gap", tmp_path / "no-gap", NO_GAP)
-    q = est[est.direction == "pressure"].set_index(["strength", "quantity"])
-    for s in NO_GAP.strengths:
-        e, twin = q.loc[(s, "E")], q.loc[(s, "twin_move")]
-        print("STEER no-gap", s, round(e.value, 4), round(e.low, 4), round(e.high, 4), round(twin.value, 4))
-        excludes = e.low > 0 or e.high < 0
-        assert not excludes or abs(twin.value) >= abs(e.value), (s, e.to_dict(), twin.value)
+def test_no_gap_general_declares_no_reduction(tmp_path):
+    settings = SteerSettings(**GRID, random=100, panel_part=("gap-v2", "held-out"))
+    values, cap, norms, n_test = steer_run("no-gap-general", tmp_path / "no-gap-general", settings, **GENERAL)
+    assert n_test >= 20
+    v = verdicts("no-gap-general", values, cap, norms)
+    assert not v["pressure"]["passed"] and no_point_reduces(values, cap, norms) == []
+
+
+@pytest.mark.slow
+@pytest.mark.smollm
+def test_gap_deep_verdict_follows_the_rules(tmp_path):
+    values, cap, norms, _ = steer_run("gap-deep", tmp_path / "gap-deep", SteerSettings(**GRID, random=20), "gap-v1")
+    verdicts("gap-deep", values, cap, norms)
+
+
+@pytest.mark.slow
+@pytest.mark.smollm
+def test_no_gap_organism_declares_no_reduction(tmp_path):
+    settings = SteerSettings(direction="pressure", layers=(29,), strengths=(-2.0, -1.0, 1.0), positions="read", random=20)
+    values, cap, norms, _ = steer_run("no-gap", tmp_path / "no-gap", settings, "gap-v1")
+    v = verdicts("no-gap", values, cap, norms)
+    assert not v["pressure"]["passed"] and no_point_reduces(values, cap, norms) == []

@@ -1,8 +1,10 @@
 """`readout steer` end to end on a tiny model, against references computed here: the pressure and judgment
-directions from `output_hidden_states` of plain forwards over the training split, and every steered read from a plain
+directions from `output_hidden_states` of plain forwards over the direction part, and every steered read from a plain
 forward with a hand-written hook adding strength x that direction after the layer at the read position. Also the
-manifest (split, settings), resume, a refused resume under other settings, the capability rows, and bad input
-(one line naming the option or file, exit 2)."""
+manifest (the three parts, settings, the rules), which conditions each part is read under (random nulls on the test
+part only), the label-shuffled null, the capability loss under the readouts' own intervention (held to read-position
+scoring of each prefix), resume, a refused resume under other settings, and bad input (one line naming the option or
+file, exit 2)."""
 
 import dataclasses
 import json
@@ -30,7 +32,7 @@ MODEL = "tiny-qwen2"
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="steer-test", orders={"D": 2, "J0": 1, "control": 1, "raw": 1},
                               chunk_size=1)
 SETTINGS = SteerSettings(direction="pressure", layers=(1, 2), strengths=(-3.0, 2.0), positions="read", random=1)
-LIMIT = 4
+LIMIT = 6
 
 
 def options(out, **kw):
@@ -109,16 +111,24 @@ def test_steered_reads_equal_a_hooked_plain_forward(steer_run):
     st = manifest["steering"]
     assert st["direction"] == "pressure" and st["layers"] == [1, 2] and st["strengths"] == [-3.0, 2.0]
     assert st["positions"] == "read" and st["random_seeds"] == [0] and st["split_seed"] == 0
-    assert st["train"] and st["held_out"] and not set(st["train"]) & set(st["held_out"])
+    parts = {name: set(st[name]) for name in ("train", "selection", "test")}
+    assert all(parts.values()) and not parts["train"] & parts["selection"] and not parts["train"] & parts["test"]
+    assert not parts["selection"] & parts["test"] and set(st["held_out"]) == parts["selection"] | parts["test"]
+    assert st["rules"]["threshold"] == 0.5 and st["rules"]["margin"] == 0.05 and "selection part" in st["rules"]["selection_rule"]
     by_id = {r.id: r for r in load_panel("gap-v1").records}
     df = pd.read_parquet(steer_run / "steering.parquet")
     assert set(df.scenario_id) == set(st["held_out"])
+    assert {p: set(g.scenario_id) for p, g in df.groupby("part")} == {"selection": parts["selection"], "test": parts["test"]}
     direction = reference_direction(lm, [by_id[i] for i in st["train"]], ("agent", "primary"), ("agent", "twin"))
     for d in (1, 2):
         assert abs(manifest["steering_norms"][str(d)] - float(direction[d].norm())) < 1e-4
-    conditions = 1 + 2 * 2 * 2
-    per_condition = df[df.direction == "none"].shape[0]
-    assert len(df) == conditions * per_condition
+        assert manifest["steering_residual_norms"][str(d)] > manifest["steering_norms"][str(d)] > 0
+    # Selection part: unsteered + 2 layers x 2 strengths x (direction, shuffled); test part: + one random direction.
+    for part, conditions in (("selection", 1 + 2 * 2 * 2), ("test", 1 + 2 * 2 * 3)):
+        rows = df[df.part == part]
+        assert len(rows) == conditions * (rows.direction == "none").sum(), part
+    assert set(df[df.direction == "random"].part) == {"test"}
+    conditions = 1 + 2 * 2 * 3
     checked = 0
     for (direction_name, layer, strength), g in df[df.direction.isin(["none", "pressure"])].groupby(
             ["direction", df.layer.fillna(0), "strength"]):
@@ -131,12 +141,15 @@ def test_steered_reads_equal_a_hooked_plain_forward(steer_run):
             checked += 1
     assert checked >= 15
     # The steering moved the reads, and the random direction's reads differ from the direction's.
-    base = df[df.direction == "none"].p_violating.to_numpy()
-    moved = df[(df.direction == "pressure") & (df.strength == -3.0) & (df.layer == 2)].p_violating.to_numpy()
-    rand = df[(df.direction == "random") & (df.strength == -3.0) & (df.layer == 2)].p_violating.to_numpy()
+    test = df[df.part == "test"]
+    base = test[test.direction == "none"].p_violating.to_numpy()
+    moved = test[(test.direction == "pressure") & (test.strength == -3.0) & (test.layer == 2)].p_violating.to_numpy()
+    rand = test[(test.direction == "random") & (test.strength == -3.0) & (test.layer == 2)].p_violating.to_numpy()
     assert np.abs(moved - base).max() > 1e-3 and np.abs(moved - rand).max() > 1e-3
     cap = pd.read_parquet(steer_run / "steer_capability.parquet")
     assert len(cap) == conditions and (cap.tokens > 10).all() and cap.loss.nunique() > 1
+    shuffled = test[(test.direction == "shuffled") & (test.strength == -3.0) & (test.layer == 2)].p_violating.to_numpy()
+    assert np.abs(shuffled - moved).max() > 1e-3
 
 
 def _order_of(scenario, row):
@@ -153,12 +166,17 @@ def test_stats_and_report_of_a_steering_run(steer_run, tmp_path):
     lines = run_steer_report(steer_run, n_boot=200)
     stats = steer_run / "stats"
     assert (stats / STEER_FIGURES[0]).is_file() and (stats / STEER_MARKDOWN).is_file()
-    assert any(line.startswith("steer: layer 2") for line in lines), lines
+    assert any(line.startswith("steer: pressure: verdict: ") for line in lines), lines
+    assert any(line.startswith("steer: shuffled: ") for line in lines), lines
     grid = pd.read_csv(stats / "steer_grid.csv")
-    assert set(grid.quantity) >= {"E", "dE", "twin_move", "J0_move", "E0"}
+    assert set(grid.quantity) >= {"E", "dE", "twin_move", "J0_move", "E0"} and set(grid.part) == {"selection", "test"}
+    verdict = pd.read_csv(stats / "steer_verdict.csv")
+    assert list(verdict.direction) == ["pressure", "shuffled"]
+    selection = pd.read_csv(stats / "steer_selection.csv")
+    assert len(selection) == 2 * 2 * 2 and set(selection.columns) >= {"reduction", "kept", "twin_move_high"}
     (section,) = gather([steer_run]).sections
     assert section.kind == "steering" and section.figures and section.tables
-    assert "Steering (held-out split)" in page(gather([steer_run]))
+    assert "Steering (selection and test parts)" in page(gather([steer_run]))
 
 
 def test_judgment_direction_equals_the_plain_forward_mean():
@@ -189,7 +207,7 @@ def test_a_direction_over_orders_not_balanced_by_position_is_named_and_warned(st
         lines = []
         with pytest.MonkeyPatch.context() as mp:
             mp.setitem(gap_profile.PROFILES, PROFILE.name, profile)
-            run_study(SteerStudy(settings=dataclasses.replace(SETTINGS, layers=(1,), strengths=(2.0,), random=0)),
+            run_study(SteerStudy(settings=dataclasses.replace(SETTINGS, layers=(1,), strengths=(2.0,), random=0, shuffled=False)),
                       options(tmp_path / f"run{profile.orders['D']}"), log=lines.append)
         said = [x for x in lines if x.startswith("warning: --direction pressure")]
         assert len(said) == warned and (not warned or all(i in said[0] for i in expected)), lines
@@ -222,7 +240,7 @@ def test_the_grid_shows_its_own_progress_while_it_runs(tmp_path, capsys):
     settings = dataclasses.replace(SETTINGS, layers=(1,), strengths=(2.0,), random=0)
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
-        run_study(SteerStudy(settings=settings), dataclasses.replace(options(tmp_path / "run"), limit=2, progress=True),
+        run_study(SteerStudy(settings=settings), dataclasses.replace(options(tmp_path / "run"), limit=3, progress=True),
                   log=lambda _: None)
     assert "scoring" in capsys.readouterr().err
 
@@ -248,3 +266,45 @@ def test_plan_counts_the_reads_the_grid_makes(steer_run, monkeypatch):
     monkeypatch.setattr(directions, "score_ids", lambda model, seqs, *a, **k: scored.append(len(seqs)) or real(model, seqs, *a, **k))
     directions.contrast_direction(get_model(MODEL), study.train, "pressure", PROFILE, 0)
     assert by["directions"]["prompts"] == scored[0]
+
+
+@pytest.mark.parametrize("family", ["tiny-qwen2", "tiny-llama3", "tiny-olmo3"])
+def test_read_position_capability_equals_each_prefix_steered_at_its_read_position(family):
+    """The capability loss under read-position steering (the text read twice over in one forward, each position of
+    the copy steered alone) equals the mean of -log p(next token) read by engine.steering.score_steered on each
+    prefix of the text with the vector at its read position; an every-position steering gives another loss."""
+    from engine.letters import LetterTokens
+    from engine.steering import Steering, score_steered, token_loss
+    from readouts.steer.capability import capability_ids, capability_losses
+
+    lm = get_model(family)
+    ids = capability_ids(lm.tokenizer)[:80]
+    for depth in (0, 1):  # below the last layer (after it, one position's vector reaches its own logits only)
+        st = Steering(depth, torch.randn(lm.model.config.hidden_size, generator=torch.Generator().manual_seed(depth)) * 3,
+                      1.5, "read")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("readouts.steer.capability.capability_ids", lambda tok: ids)
+            (got, n), = capability_losses(lm, [st], "read")
+        reads = range(len(ids) - 1)
+        out = score_steered(lm.model, [ids[: t + 1] for t in reads], [LetterTokens(("x",), ((ids[t + 1],),), (("",),))
+                                                                    for t in reads], st, pad_id=lm.pad_id)
+        want = float(np.mean([-np.log(r.mass[0]) for r in out]))
+        assert n == len(ids) - 1 and abs(got - want) < 1e-5, (depth, got, want)
+        assert abs(got - token_loss(lm.model, ids, st)[0]) > 1e-3
+
+
+def test_shuffled_direction_swaps_a_seeded_half_of_the_scenarios():
+    """Four scenarios, two orders each, each scenario's contrast a unit vector of its own: the shuffled null is the
+    mean with two scenarios' signs flipped (both orders), scaled to the direction's norm; another seed flips others."""
+    from readouts.steer.directions import shuffled_direction
+
+    eye = torch.eye(4)
+    diffs = torch.stack([eye[i // 2] for i in range(8)])[:, None, :].repeat(1, 2, 1)  # [pairs, depths 2, hidden 4]
+    ids = [f"s{i // 2}" for i in range(8)]
+    norms = torch.tensor([2.0, 3.0])
+    got = shuffled_direction(diffs, ids, 0, norms)
+    assert torch.allclose(got.norm(dim=-1), norms)
+    signs = torch.sign(got[0])
+    assert (signs == -1).sum() == 2 and (signs == 1).sum() == 2
+    others = {tuple(torch.sign(shuffled_direction(diffs, ids, seed, norms)[0]).tolist()) for seed in range(8)}
+    assert len(others) > 1

@@ -1,0 +1,70 @@
+"""The capability check of `readout steer`: the mean next-token loss of the shipped held-out text under each steering
+condition, with the vector added where the readouts got it.
+
+- `positions="all"`: one forward of the whole text with the vector at every position (engine.steering.token_loss).
+- `positions="read"`: every position of the text predicts its next token with the vector added at that position
+  alone, as a readout's read position gets it (no earlier position steered). All positions in one forward of the
+  text twice over: the first copy unsteered and causal; the second copy's position t (position id t) attends to the
+  first copy's positions before t and to itself, and gets the vector after the layer. Below the layer the copy equals
+  the unsteered stream at t; above it, it is the read-position steering of the prefix ending at t
+  (tests/readouts/test_steer_run.py holds it to engine.steering.score_steered on each prefix).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.render import Prompt, encode_prompt
+from engine.residuals import decoder_layers
+from engine.steering import Steering, check_steering, token_loss
+from readouts.steer.directions import CAPABILITY_TEXT
+
+
+def capability_ids(tokenizer) -> list[int]:
+    return list(encode_prompt(tokenizer, Prompt(text=CAPABILITY_TEXT.read_text(encoding="utf-8"))))
+
+
+def capability_losses(lm, steerings: list, positions: str) -> list[tuple[float, int]]:
+    """Per steering (None: unsteered): (mean next-token loss in nats, tokens predicted)."""
+    ids = capability_ids(lm.tokenizer)
+    if positions != "read":
+        return [token_loss(lm.model, ids, s) for s in steerings]
+    return [token_loss(lm.model, ids) if s is None else read_position_loss(lm.model, ids, s) for s in steerings]
+
+
+def read_position_loss(model, ids, steering: Steering) -> tuple[float, int]:
+    """(mean next-token loss in nats, tokens predicted) with `steering` added at each predicting position alone
+    (module docstring): one forward of 2T tokens with a custom mask."""
+    check_steering(model, steering)
+    n = len(ids)
+    device = model.get_input_embeddings().weight.device
+    x = torch.tensor([list(ids) * 2], device=device)
+    pos = torch.arange(n, device=device)
+    causal = pos[:, None] >= pos[None, :]
+    allowed = torch.zeros(2 * n, 2 * n, dtype=torch.bool, device=device)
+    allowed[:n, :n] = causal
+    allowed[n:, :n] = pos[:, None] > pos[None, :]
+    allowed[n:, n:] = torch.eye(n, dtype=torch.bool, device=device)
+    added = steering.added()
+
+    def shift(hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden.clone()
+        hidden[:, n:] += added.to(hidden.device, hidden.dtype)
+        return hidden
+
+    layers = decoder_layers(model)
+    if steering.depth == 0:
+        handle = layers[0].register_forward_pre_hook(
+            lambda m, args, kwargs: ((shift(args[0]), *args[1:]), kwargs) if args
+            else (args, {**kwargs, "hidden_states": shift(kwargs["hidden_states"])}), with_kwargs=True)
+    else:
+        handle = layers[steering.depth - 1].register_forward_hook(
+            lambda m, a, out: (shift(out[0]), *out[1:]) if isinstance(out, tuple) else shift(out))
+    try:
+        with torch.inference_mode():
+            logits = model(input_ids=x, attention_mask=allowed[None, None], position_ids=torch.cat([pos, pos])[None],
+                           use_cache=False).logits[0, n:-1].float()
+    finally:
+        handle.remove()
+    loss = torch.nn.functional.cross_entropy(logits, x[0, 1:n], reduction="mean")
+    return float(loss), n - 1
