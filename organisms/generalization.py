@@ -1,6 +1,14 @@
 """An organism's true values on records it was not trained on (a split's validation slice or held-out part): plain
-one-prompt forwards of the merged model (organisms.reference.plain_reads) on every read of the quick profile,
-averaged as the gap paper defines them, per scenario, with a percentile bootstrap interval over scenarios."""
+forwards of the merged model on the quick profile's reads, averaged as the gap paper defines them, per scenario,
+with a percentile bootstrap interval over scenarios.
+
+`python -m organisms.generalization NAME --part validation [--adapter DIR | --checkpoint FILE]` prints them for a
+shipped or trained adapter, or for a training run's checkpoint while it runs (the base model without either).
+`--reads first` reads only each read's first option order and judge frame (a quarter of the forwards, for choosing
+recipes); `--batch` right-pads prompts of similar length into one forward (each read position sees its own prefix
+only; the masses agree with one-prompt forwards to about 1e-6), for the exact one-prompt forwards of
+organisms.reference leave it at 1.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +17,10 @@ import dataclasses
 import numpy as np
 
 from organisms.examples import examples
-from organisms.reference import plain_reads, scenario_values
+from organisms.reference import Read, plain_reads, scenario_values
 
 BOOT = 4000
+CELLS = ("primary", "twin")
 
 
 def interval(values, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
@@ -23,28 +32,104 @@ def interval(values, level: float = 0.95, seed: int = 0) -> tuple[float, float, 
     return float(x.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
 
 
-def values_on(model, org, lm, records, readouts=("D", "J", "J0")) -> dict:
-    """scenario_values of `model` (the merged organism) on `records`: every read of `readouts` in every cell."""
+def reads_on(model, org, lm, records, readouts=("D", "J", "J0"), first: bool = False, batch: int = 1) -> list[Read]:
+    """The reads of `readouts` on `records` in the primary and twin cells (`first`: only each read's first order or
+    frame) through `model`, the merged organism: one prompt per forward (`batch` 1, organisms.reference.plain_reads)
+    or right-padded batches."""
+    import torch
+
     reader = dataclasses.replace(org, readouts=tuple(readouts))
-    return scenario_values(plain_reads(model, examples(reader, lm, records)))
+    exs = [e for e in examples(reader, lm, records) if e.cell in CELLS and (not first or e.key.endswith("|o0"))]
+    if batch <= 1:
+        return plain_reads(model, exs)
+    out = []
+    exs.sort(key=lambda e: e.soft_at)
+    inner, head = (model.get_base_model() if hasattr(model, "get_base_model") else model).model, model.lm_head
+    with torch.no_grad():
+        for i in range(0, len(exs), batch):
+            part = exs[i: i + batch]
+            ids = torch.zeros(len(part), max(e.soft_at + 1 for e in part), dtype=torch.long)
+            for row, e in enumerate(part):
+                ids[row, : e.soft_at + 1] = torch.tensor(e.ids[: e.soft_at + 1])
+            hidden = inner(input_ids=ids).last_hidden_state
+            logits = head(torch.stack([hidden[row, e.soft_at] for row, e in enumerate(part)])).double()
+            for row, e in enumerate(part):
+                p = torch.softmax(logits[row], -1)
+                mass = tuple(float(p[list(g)].sum()) for g in e.groups)
+                out.append(Read(e, mass, mass))
+    return out
 
 
 def excess(values: dict, records, judgment: str = "J") -> dict:
     """Per scenario: g = p_D - p_judgment in the primary and in the twin, and E = g_primary - g_twin."""
     out = {}
     for r in records:
-        g = {c: values[(r.id, c, "D")] - values[(r.id, c, judgment)] for c in ("primary", "twin")}
+        g = {c: values[(r.id, c, "D")] - values[(r.id, c, judgment)] for c in CELLS}
         out[r.id] = dict(family=r.family, g_primary=g["primary"], g_twin=g["twin"], E=g["primary"] - g["twin"])
     return out
 
 
 def summary(values: dict, records) -> dict:
-    """E (against J and against J0), and the mean violating share of each readout and cell, with intervals."""
+    """E against J (and J0 where read), each family's mean E, and each readout and cell's mean violating share,
+    with intervals over scenarios."""
     out = {}
     for judgment in ("J", "J0"):
         if all((r.id, "primary", judgment) in values for r in records):
-            out[f"E_{judgment}"] = interval([v["E"] for v in excess(values, records, judgment).values()])
-    for key in sorted({(k[2], k[1]) for k in values if len(k) == 3}):
-        out[f"p_{key[0]}/{key[1]}"] = interval([values[(r.id, key[1], key[0])] for r in records
-                                                if (r.id, key[1], key[0]) in values])
+            per = excess(values, records, judgment)
+            out[f"E_{judgment}"] = interval([v["E"] for v in per.values()])
+            if judgment == "J":
+                for fam in sorted({v["family"] for v in per.values()}):
+                    out[f"E_J/{fam}"] = float(np.mean([v["E"] for v in per.values() if v["family"] == fam]))
+    for readout, cell in sorted({(k[2], k[1]) for k in values if len(k) == 3}):
+        out[f"p_{readout}/{cell}"] = interval([values[(r.id, cell, readout)] for r in records
+                                               if (r.id, cell, readout) in values])
     return out
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+
+    import torch
+
+    from engine.loading import load_model
+    from organisms.recipes import organism
+    from panels.schema import load_panel
+    from panels.split import records_of
+
+    ap = argparse.ArgumentParser(prog="python -m organisms.generalization", description=__doc__.split("\n\n")[0])
+    ap.add_argument("name", help="the organism whose recipe (panel, readouts, targets) the reads follow")
+    ap.add_argument("--part", default="validation")
+    source = ap.add_mutually_exclusive_group()
+    source.add_argument("--adapter", help="an adapter folder (default: none, the base model)")
+    source.add_argument("--checkpoint", help="a training run's checkpoint.pt (organisms/resumable.py)")
+    ap.add_argument("--reads", choices=("all", "first"), default="all")
+    ap.add_argument("--readouts", default="D,J,J0")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    org = organism(args.name)
+    records = records_of(load_panel(org.panel), args.part)
+    lm = load_model(org.base, device="cpu", dtype="float32", adapter=args.adapter)
+    model, label = lm.model, args.adapter or "base model"
+    if args.checkpoint:
+        from organisms.resumable import checkpoint_model
+
+        model, step = checkpoint_model(lm, org, args.checkpoint)
+        label = f"{args.checkpoint} (step {step})"
+    reads = reads_on(model, org, lm, records, args.readouts.split(","), args.reads == "first", args.batch)
+    figures = summary(scenario_values(reads), records)
+    print(f"{args.name} recipe, {label}, {org.panel} {args.part} ({len(records)} scenarios, {len(reads)} reads)")
+    for key, v in figures.items():
+        print(f"  {key:18} " + (f"{v[0]:+.4f} [{v[1]:+.4f}, {v[2]:+.4f}]" if isinstance(v, tuple) else f"{v:+.4f}"))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(source=label, part=args.part, reads=len(reads), figures=figures), fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

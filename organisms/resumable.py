@@ -188,6 +188,18 @@ def evaluate(model, org, exs, cached, start) -> list[dict]:
     return T.plain_errors(model, [e for e in exs if e.key.endswith("|o0")])
 
 
+def checkpoint_model(lm, org, path: str | Path):
+    """The base model of `lm` with the adapter weights of a checkpoint (`path`) merged in, and the checkpoint's step:
+    a run's state read without stopping it."""
+    state = torch.load(path, weights_only=False)
+    model = T.lora_model(lm, org)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.copy_(state["adapter"][n])
+    return model.merge_and_unload().eval(), state["step"]
+
+
 def train_organism(name: str, out: str | Path | None = None, steps: int | None = None, threads: int | None = None,
                    resume: bool = True, progress=None, log=None, every: int = EVERY) -> Path:
     """Train organism `name` from its recipe and write its adapter folder (`out`, default the shipped
