@@ -40,7 +40,9 @@ def main(argv=None):
 
     folder, _ = locate(resolve(args.model))
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    # fp32, as `readout run` loads a model on CPU (the embedded SmolLM2 is stored in bf16); on a GPU train in bf16 and
+    # compare with `readout run --dtype bfloat16`.
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     if args.lora:
         from peft import LoraConfig, get_peft_model
 

@@ -139,6 +139,7 @@ def test_refuses_generated_readouts():
 def test_lora_on_smollm2(tmp_path, capsys):
     """A LoRA on the embedded SmolLM2 trained a few steps: the callback's values at each saved step equal
     `readout run --peft checkpoint-<step>` within 1e-5."""
+    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -147,7 +148,7 @@ def test_lora_on_smollm2(tmp_path, capsys):
 
     folder = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(folder)
-    base = AutoModelForCausalLM.from_pretrained(folder)
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)  # as `readout run` loads it on CPU
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.1))
     trainer = make_trainer(model, tok, tmp_path / "lora", steps=2, save_steps=2, lr=5e-3)
     cb = ReadoutCallback(trainer, every=2, limit=EVAL_LIMIT, overrides=EVAL_SET, print_fn=None)
