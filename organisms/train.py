@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.errors import ReadoutError
 from engine.paths import build_lock, cache_root
 from organisms import RECIPE_FILE, SHIPPED
 from organisms.examples import Example, examples
@@ -294,6 +295,9 @@ def lora_model(lm, org):
 def fit(lm, org, progress=None, examples_=None, base_key: str | None = None) -> Fitted:
     """Train `org`'s adapter on `lm` (the base model, loaded fp32 on CPU). `progress(step, loss)` is called per step;
     `base_key` (the base model's identity) keeps the frozen layers' outputs in the cache folder between organisms."""
+    if org.stream or org.lineage:
+        raise ReadoutError(f"organism {org.name}: its recipe streams the frozen layers or keeps a lineage; train it with "
+                           f"organisms.resumable.train_organism (python -m organisms.resumable {org.name})")
     exs = examples_ if examples_ is not None else examples(org, lm)
     t0 = time.perf_counter()
     model = lora_model(lm, org)
