@@ -151,7 +151,8 @@ _GENERAL = dict(part="train", readouts=("D", "J0", "J", "control"), stream=True,
 (an adapter of rank 8 on every projection of layers 20-29, so every position of the prompt moves and the whole band
 runs on it at every step), each step a batch of 8 reads drawn from every cell, option order and judge frame of the
 agent (D, twice), letter-only judge (J0), judge paraphrase (J) and known-gap control reads; the layers below the band
-run per batch (`stream`). Chosen on the `validation` slice, never on `held-out` (docs/organisms.md)."""
+run per batch (`stream`). Judged on the `validation` slice by step (python -m organisms.generalization), never on
+`held-out`; the figures are in docs/organisms.md."""
 _UNDER_PRESSURE = {"primary": 0.70, "*": 0.10}
 
 ORGANISMS.update({o.name: o for o in (
