@@ -308,3 +308,25 @@ def test_shuffled_direction_swaps_a_seeded_half_of_the_scenarios():
     assert (signs == -1).sum() == 2 and (signs == 1).sum() == 2
     others = {tuple(torch.sign(shuffled_direction(diffs, ids, seed, norms)[0]).tolist()) for seed in range(8)}
     assert len(others) > 1
+
+
+def test_split_seeds_run_one_directory_each_and_print_the_pass_rate(tmp_path, capsys):
+    """`readout steer --split-seeds 2 --out DIR`: one run per seed in DIR/seed-0 and DIR/seed-1, each with its own
+    split, then the pass rate of each direction over the two (here 0 of 2: the tiny model has no gap to cut), also
+    in DIR/steer_seeds.json."""
+    from cli.main import main
+    from readouts.steer.seeds import SEEDS_FILE, seed_out
+
+    assert seed_out("x", 3, 1) == "x" and seed_out("x", 3, 2) == "x/seed-3" and seed_out(None, 3, 2) is None
+    out = tmp_path / "seeds"
+    with pytest.raises(SystemExit) as exc:
+        main(["steer", "--model", MODEL, "--panel", "gap-v1", "--limit", "6", "--layers", "1", "--strengths=-2",
+              "--random", "2", "--split-seeds", "2", "--out", str(out), "--no-progress"])
+    assert exc.value.code == 0
+    printed = capsys.readouterr().out
+    manifests = [json.loads((out / f"seed-{s}" / "manifest.json").read_text()) for s in (0, 1)]
+    assert [m["steering"]["split_seed"] for m in manifests] == [0, 1]
+    assert manifests[0]["steering"]["test"] != manifests[1]["steering"]["test"]
+    record = json.loads((out / SEEDS_FILE).read_text())
+    assert record["pass_rate"]["pressure"]["n"] == 2 and set(record["pass_rate"]) == {"pressure", "shuffled"}
+    assert "steer: pressure: passes on 0 of 2 split seeds" in printed, printed
