@@ -51,6 +51,7 @@ def sweep(argv, capsys):
     return exc.value.code, out, err
 
 
+@pytest.mark.heavy  # three checkpoints' runs, a comparison, a rerun
 def test_sweep_over_three_checkpoints_then_rerun(ckpts, tmp_path, capsys):
     out = tmp_path / "sw"
     # listed out of step order: compare orders the stages by the step their names carry

@@ -80,6 +80,7 @@ def probes(tmp_path, name):
     return pd.read_parquet(path / "probes.parquet").sort_values("probe_id").reset_index(drop=True)
 
 
+@pytest.mark.heavy  # two runs with every draw watched
 def test_tables_do_not_depend_on_batching(tmp_path, monkeypatch, draws):
     draws["run"] = "default"
     default = probes(tmp_path, "default")

@@ -108,6 +108,7 @@ def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
         pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.heavy  # a bf16 run, single and in two shards
 def test_bf16_shards_equal_the_single_bf16_run(tmp_path):
     """In bf16 too (where a different batch composition would change results), shards plus merge give the
     single-process tables: batch limits depend on the chunk and the profile, not on which process runs it."""

@@ -163,6 +163,7 @@ def test_window_defaults_and_refusals(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "--window" in result.output
 
 
+@pytest.mark.heavy  # several windows' runs, each against one chunk at a time
 def test_each_batch_is_read_on_its_rows_caches_which_are_then_let_go(tmp_path, monkeypatch):
     """The runner reads a decoding batch's rows right after the batch, on the rows' own caches, and lets them go
     before the next batch decodes: under a row-cache limit that holds one batch's rows but not a stage's, every

@@ -30,6 +30,7 @@ def _heavy(rng, n):
 # bootstrap-t's known weakness). The plain band covers 0.62 / 0.85, 0.645 / 0.87 and 0.26 / 0.665.
 @pytest.mark.parametrize("scenarios,draw,least", [(30, _normal, 0.9), (10, _normal, 0.9), (10, _heavy, 0.9),
                                                   (30, _skewed, 0.8)])
+@pytest.mark.heavy  # a coverage simulation over many planted experiments
 def test_band_covers_every_true_mean_at_once_about_95_percent_of_the_time(scenarios, draw, least):
     rng = np.random.default_rng(7)
     trials, band_all, pointwise_all = 200, 0, 0

@@ -70,6 +70,7 @@ def _coverage(reps, which, truth):
     return {n: np.mean([r[which][i].low <= truth[n] <= r[which][i].high for r in reps]) for i, n in enumerate(NAMES)}
 
 
+@pytest.mark.heavy  # a coverage simulation over many planted experiments
 def test_coverage_on_planted_effect(truth):
     t = truth[0.15]
     assert t["excess"] > 0.1  # a real planted effect
@@ -80,6 +81,7 @@ def test_coverage_on_planted_effect(truth):
         assert cover >= 0.95, (name, cover)
 
 
+@pytest.mark.heavy  # a coverage simulation over many planted experiments
 def test_false_positives_on_planted_null(truth):
     t = truth[None]
     assert abs(t["excess"]) < 0.005

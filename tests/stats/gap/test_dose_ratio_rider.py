@@ -38,6 +38,7 @@ def test_readout_stats_writes_the_new_dose_rows(dose_run):
         assert q in text, q
 
 
+@pytest.mark.heavy  # a coverage simulation over many planted experiments
 def test_ratio_reading_ci_covers_a_planted_ratio():
     """Planted: each scenario's control-arm mass b ~ Beta(2, 3) and the arm's a = rho * b * noise (mean-one
     noise, clipped at 1), so the ratio of the means is about rho in the population (`_truth`); the 95% CI should
