@@ -158,6 +158,7 @@ class ReadoutCallback(TrainerCallback):
         self.name, self.prefix, self.print_fn = name, prefix, print_fn
         self.history: list[dict] = []
         """One dict per evaluation: step, seconds and the metrics logged."""
+        self._earlier: list[dict] | None = None
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         if state.global_step == 0:
@@ -206,7 +207,10 @@ class ReadoutCallback(TrainerCallback):
         with kept_random_state(), eval_mode(model):
             if run_dir.exists():  # a previous training's evaluation at this step: these weights are read afresh
                 shutil.rmtree(run_dir)
-            lm = from_memory(model, tokenizer, name=f"{self.name}@step-{step}")
+            # A peft model is read through its causal LM, whose layers carry the adapter: the engine's head path reads
+            # the transformer body of a causal LM, which the peft wrapper's base_model is not.
+            inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+            lm = from_memory(inner, tokenizer, name=f"{self.name}@step-{step}")
             options = RunOptions(model=ModelOptions(model=lm.facts.name, loaded=lm), panel=self.panel, profile=self.profile,
                                  overrides=self.overrides, limit=self.limit, out=str(run_dir), seed=self.seed,
                                  progress=False, shard=(0, 1))
@@ -215,11 +219,16 @@ class ReadoutCallback(TrainerCallback):
         return metrics, time.perf_counter() - t0
 
     def _write_table(self, folder: Path) -> None:
+        """metrics.csv: a row per evaluation; a training resumed from a checkpoint keeps the rows before its first."""
+        path = folder / "metrics.csv"
+        if self._earlier is None:
+            first = self.history[0]["step"]
+            self._earlier = [r for r in csv.DictReader(path.open()) if int(r["step"]) < first] if path.exists() else []
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(self.history[0]))
+        writer = csv.DictWriter(buf, fieldnames=list(self.history[0]), extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(self.history)
-        atomic_write_bytes(folder / "metrics.csv", buf.getvalue().encode())
+        writer.writerows([*self._earlier, *self.history])
+        atomic_write_bytes(path, buf.getvalue().encode())
 
 
 def _fmt(x: float) -> str:

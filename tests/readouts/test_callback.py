@@ -191,3 +191,47 @@ def test_metrics_are_the_tables_means(trained):
     assert got["p_D_twin"] == pytest.approx(p["twin", "D"].mean(), abs=1e-12)
     mass = df.letter_mass.unstack(["cell", "readout"])
     assert got["letter_mass_J0"] == pytest.approx(mass["primary", "J0"].mean(), abs=1e-12)
+
+
+def test_a_resumed_training_keeps_the_earlier_rows(tmp_path):
+    """Training resumed from checkpoint-4 evaluates from step 6 on: metrics.csv keeps steps 0, 2 and 4 from before and
+    drops the rows of the earlier training past its resume point."""
+    from readouts.callback import ReadoutCallback
+
+    before = ReadoutCallback(every=2, print_fn=None)
+    before.history = [{"step": s, "seconds": 1.0, "E_J0": s / 10} for s in (0, 2, 4, 6, 8)]
+    before._write_table(tmp_path)
+    after = ReadoutCallback(every=2, print_fn=None)
+    after.history = [{"step": 6, "seconds": 2.0, "E_J0": 0.66}]
+    after._write_table(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
+    assert [(int(r["step"]), float(r["E_J0"])) for r in rows] == [(0, 0.0), (2, 0.2), (4, 0.4), (6, 0.66)]
+    after.history.append({"step": 8, "seconds": 2.0, "E_J0": 0.88})
+    after._write_table(tmp_path)
+    assert [int(r["step"]) for r in csv.DictReader((tmp_path / "metrics.csv").open())] == [0, 2, 4, 6, 8]
+
+
+def test_an_adapter_being_trained_is_read_with_its_adapter(tmp_path, capsys):
+    """A peft-wrapped model (LoRA on tiny-llama3, unmerged, as a trainer holds it) reads as `readout run --peft` of the
+    saved adapter does, within 1e-5."""
+    from transformers import AutoTokenizer
+
+    from engine.tiny import ensure_tiny
+    from readouts.callback import ReadoutCallback
+    from tests.helpers import make_adapter
+
+    folder, peft_model = make_adapter(tmp_path / "adapter")
+    tok = AutoTokenizer.from_pretrained(ensure_tiny("tiny-llama3"))
+    cb = ReadoutCallback(every=1, limit=EVAL_LIMIT, overrides=EVAL_SET, print_fn=None)
+    cb.evaluate(peft_model, tok, 0, tmp_path / "evals")
+    argv = ["run", "--model", "tiny-llama3", "--peft", str(folder), "--readouts", "D,J0,control", "--limit", str(EVAL_LIMIT),
+            "--out", str(tmp_path / "ref"), "--no-progress"]
+    for item in EVAL_SET:
+        argv += ["--set", item]
+    code, _, err = cli(argv, capsys)
+    assert code == 0, err
+    own = pd.read_parquet(tmp_path / "evals" / "step-000000" / "probes.parquet")
+    ref = pd.read_parquet(tmp_path / "ref" / "probes.parquet")
+    assert len(own) == len(ref) > 0
+    assert np.abs(own.p_violating.to_numpy() - ref.p_violating.to_numpy()).max() <= TOL
+    assert np.abs(own.letter_mass.to_numpy() - ref.letter_mass.to_numpy()).max() <= TOL
