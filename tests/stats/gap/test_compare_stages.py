@@ -48,6 +48,7 @@ def test_many_steps_sorted_by_step_with_neighbour_steps(tmp_path):
     assert sw.final.model == "lin-step-500"  # no "final" stage: the last checkpoint stands for it (panel b)
 
 
+@pytest.mark.heavy  # the bootstrap over several planted runs
 def test_a_given_order(tmp_path):
     planted = {"late": 0.06, "warmup": 0.0, "mid": 0.03}
     runs = _runs(tmp_path, planted)
@@ -66,6 +67,7 @@ def test_a_given_order(tmp_path):
     assert (tmp_path / "cmp" / "checkpoint_sweep_lin.png").is_file()
 
 
+@pytest.mark.heavy  # the bootstrap over several planted runs
 def test_a_floor_that_removes_most_scenarios_is_named_per_run(tmp_path):
     """A run whose letter mass the floor mostly removes gets stats' warning line in compare's headline and report,
     naming the run, the floor and the median letter mass and suggesting --mass-floor; a lower floor removes it."""

@@ -50,6 +50,7 @@ def _pod(tmp_path, name, seed, prefix, model="synthetic-instruct"):
     return out
 
 
+@pytest.mark.heavy  # the bootstrap over several planted runs
 def test_pool_is_the_union_with_shared_scenarios_once(tmp_path):
     a, b = _pod(tmp_path, "pilot", 1, "p"), _pod(tmp_path, "full", 2, "f")
     pooled = pool_runs([a, b], "union")
@@ -71,6 +72,7 @@ def test_pool_refuses_different_models(tmp_path):
         pool_runs([a, b], "union")
 
 
+@pytest.mark.heavy  # the bootstrap over several planted runs
 def test_harness_table_and_forced_warning(tmp_path):
     run_dir = make_run_dir(tmp_path / "r", SyntheticSpec(n_scenarios=60, seed=2, readouts=("D", "J")))
     rules = (["own"] * 3 + ["own_bold+wrapped"] + ["forced_at_budget"] * 6  # judge_1: 60% forced

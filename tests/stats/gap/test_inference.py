@@ -103,6 +103,7 @@ def test_majority_prob_from_fraction():
     assert majority_prob_from_fraction(np.array([0.0, 1.0]), np.array([8, 8])) == pytest.approx([0.0, 1.0])
 
 
+@pytest.mark.heavy  # a simulation of many planted screens
 def test_selection_null_removes_selection_bias(tmp_path):
     """Primary and twin exchangeable (no pressure effect): the screen alone makes the own-screen E
     positive, and own-screen E minus the selection-matched null is centred at zero."""

@@ -101,6 +101,7 @@ def test_role_of_reads_the_manifest_and_overrides(tmp_path):
         compare_runs([], tmp_path / "out")
 
 
+@pytest.mark.heavy  # the bootstrap over several planted runs
 def test_compare_end_to_end(tmp_path):
     root = tmp_path / "runs"
     olmo = dict(lineage="olmo-3-7b")
