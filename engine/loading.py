@@ -236,7 +236,11 @@ def model_facts(spec: ModelSpec, model, tokenizer, *, path: str, revision: str |
 
 def from_memory(model, tokenizer, name: str = "in-memory", template_kwargs: dict | None = None) -> LoadedModel:
     """A model and tokenizer the caller already holds (PEFT-wrapped, hooked, steered, merged ...) as a LoadedModel,
-    for scoring and for running a study on it; its manifest says `source: memory` under `name`."""
+    for scoring and for running a study on it; its manifest says `source: memory` under `name`. A peft model is read
+    through its causal LM, whose layers carry the adapter (the fast head path reads a causal LM's body, which the peft
+    wrapper's `base_model` is not)."""
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
     model.eval()
     if template_kwargs:
         tokenizer._readout_template_kwargs = dict(template_kwargs)  # read by engine.render

@@ -207,10 +207,7 @@ class ReadoutCallback(TrainerCallback):
         with kept_random_state(), eval_mode(model):
             if run_dir.exists():  # a previous training's evaluation at this step: these weights are read afresh
                 shutil.rmtree(run_dir)
-            # A peft model is read through its causal LM, whose layers carry the adapter: the engine's head path reads
-            # the transformer body of a causal LM, which the peft wrapper's base_model is not.
-            inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-            lm = from_memory(inner, tokenizer, name=f"{self.name}@step-{step}")
+            lm = from_memory(model, tokenizer, name=f"{self.name}@step-{step}")  # a peft model with its adapter
             options = RunOptions(model=ModelOptions(model=lm.facts.name, loaded=lm), panel=self.panel, profile=self.profile,
                                  overrides=self.overrides, limit=self.limit, out=str(run_dir), seed=self.seed,
                                  progress=False, shard=(0, 1))

@@ -235,3 +235,22 @@ def test_an_adapter_being_trained_is_read_with_its_adapter(tmp_path, capsys):
     assert len(own) == len(ref) > 0
     assert np.abs(own.p_violating.to_numpy() - ref.p_violating.to_numpy()).max() <= TOL
     assert np.abs(own.letter_mass.to_numpy() - ref.letter_mass.to_numpy()).max() <= TOL
+
+
+def test_the_python_api_scores_a_peft_wrapped_model(adapter):
+    """readouts.api.score_prompts on an unmerged peft model equals the same prompts on the adapter merged."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from engine.tiny import ensure_tiny
+    from readouts.api import score_prompts
+
+    _, peft_model = adapter
+    tok = AutoTokenizer.from_pretrained(ensure_tiny("tiny-llama3"))
+    prompts = ["Pick one. A) stay B) go C) wait", "Which is right, A or B?"]
+    wrapped = score_prompts(peft_model, tok, prompts, letters="ABC")
+    merged = score_prompts(copy.deepcopy(peft_model).merge_and_unload(), tok, prompts, letters="ABC")
+    for a, b in zip(wrapped, merged):
+        assert a["mass"].keys() == b["mass"].keys() == set("ABC")
+        assert all(abs(a["mass"][k] - b["mass"][k]) <= 1e-6 for k in "ABC")
