@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import click
 
@@ -36,40 +35,30 @@ def list_cmd():
               help="adapter folder to write (default: organisms/data/NAME, the shipped one)")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="override the recipe's optimizer steps")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: torch's choice)")
-def train_cmd(name, out, steps, threads):
-    """Train organism NAME from its recipe (organisms/recipes.py) and write its adapter folder."""
-    import dataclasses
-
-    import torch
+@click.option("--afresh", is_flag=True, help="a checkpointed recipe: start again instead of resuming a stopped run")
+def train_cmd(name, out, steps, threads, afresh):
+    """Train organism NAME from its recipe (organisms/recipes.py) and write its adapter folder. A recipe that keeps a
+    lineage or streams its frozen layers writes checkpoints as it goes, and a stopped run resumes from the last one."""
     from tqdm import tqdm
 
-    from engine.loading import load_model
-    from organisms import train
-    from organisms.examples import examples
-    from organisms.reference import write_reference
+    from organisms.resumable import retrain
 
-    org = recipe(name)
-    if steps is not None:
-        org = dataclasses.replace(org, steps=steps)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    lm = load_model(org.base, device="cpu", dtype="float32")
+    total = steps or recipe(name).steps
     t0 = time.perf_counter()
-    bar = tqdm(total=org.steps, desc=f"train {name}", unit="step")
+    bars = []
 
-    def progress(step, loss):
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.4f}")
+    def progress(step, loss):  # the bar starts with the first step (at a resumed run's step)
+        if not bars:
+            bars.append(tqdm(total=total, initial=step, desc=f"train {name}", unit="step"))
+        bars[0].update(1)
+        bars[0].set_postfix(loss=f"{loss:.4f}")
 
-    exs = examples(org, lm)
-    fitted = train.fit(lm, org, progress=progress, examples_=exs, base_key=Path(lm.facts.path).name)  # folder: name, version
-    bar.close()
-    folder = train.save(fitted, org, Path(out) if out else SHIPPED / name)
-    click.echo(f"{name}: plain-forward reference of the known-answer prompts ...", err=True)
-    write_reference(folder, org, exs)
-    worst = max(v["mean_abs_error"] for v in train.error_summary(fitted.errors).values())
-    click.echo(f"{name}: trained in {time.perf_counter() - t0:.0f} s; largest mean training error of a readout/cell "
-               f"{worst:.3f}; written to {folder}")
+    folder, worst = retrain(name, out, steps=steps, threads=threads, resume=not afresh, progress=progress,
+                            log=lambda line: click.echo(line, err=True))
+    for bar in bars:
+        bar.close()
+    error = "" if worst is None else f"; largest mean training error of a readout/cell {worst:.3f}"
+    click.echo(f"{name}: trained in {time.perf_counter() - t0:.0f} s{error}; written to {folder}")
 
 
 @organism_group.command("show")

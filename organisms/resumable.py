@@ -233,6 +233,37 @@ def train_organism(name: str, out: str | Path | None = None, steps: int | None =
     return out
 
 
+
+def retrain(name: str, out: str | Path | None = None, steps: int | None = None, threads: int | None = None,
+            resume: bool = True, progress=None, log=None) -> tuple[Path, float | None]:
+    """Train organism `name` as its recipe asks (`readout organism train`): a recipe that streams its frozen layers or
+    keeps a lineage through `train_organism` (checkpointed, resumable), any other in one go through `train.fit`, the
+    way its shipped adapter was made. Returns the adapter folder and, for the latter, the largest mean training error
+    of a readout and cell (None for the former, whose error is recorded in its organism.json)."""
+    from engine.loading import load_model
+    from organisms.recipes import organism
+    from organisms.reference import write_reference
+
+    org = organism(name)
+    if org.stream or org.lineage:
+        return train_organism(name, out, steps=steps, threads=threads, resume=resume, progress=progress, log=log), None
+    if not resume:
+        from engine.errors import ReadoutError
+
+        raise ReadoutError(f"--afresh: organism {name} trains in one go, without checkpoints to resume from")
+    if steps is not None:
+        org = dataclasses.replace(org, steps=steps)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    lm = load_model(org.base, device="cpu", dtype="float32")
+    exs = examples(org, lm)
+    fitted = T.fit(lm, org, progress=progress, examples_=exs, base_key=Path(lm.facts.path).name)  # folder: name, version
+    folder = T.save(fitted, org, Path(out) if out else SHIPPED / name)
+    if log is not None:
+        log(f"{name}: plain-forward reference of the known-answer prompts ...")
+    write_reference(folder, org, exs)
+    return folder, max(v["mean_abs_error"] for v in T.error_summary(fitted.errors).values())
+
 def main(argv=None) -> int:
     import argparse
 
