@@ -58,14 +58,14 @@ def _help(path, capsys) -> str:
 
 def test_help_examples_are_valid_for_their_command(capsys):
     profiles = {"run": GAP_PROFILES["quick"], "nsi": NSI_PROFILES["quick"], "sweep": GAP_PROFILES["quick"],
-                "steer": GAP_PROFILES["quick"]}
+                "steer": GAP_PROFILES["quick"], "watch": GAP_PROFILES["quick"]}
     for path, _ in _commands(cli_group):
         text = _help(path, capsys)
         sets = re.findall(r"--set ([a-z_][A-Za-z0-9_.]*=[^\s;)]+)", text)
         if path[0] in profiles:
             assert sets, path
         for example in sets:
-            profile = NSI_PROFILES["quick"] if path[0] == "sweep" and "with --study nsi" in text.split(example)[0] \
+            profile = NSI_PROFILES["quick"] if path[0] in ("sweep", "watch") and "with --study nsi" in text.split(example)[0] \
                 else profiles[path[0]]
             apply_overrides(profile, (example,))  # raises on a field the command's profile does not have
         for example in re.findall(r"--template-kwarg .*?e\.g\. (\S+='[^']*')", text):

@@ -228,7 +228,7 @@ def test_the_lock_of_a_killed_process_is_taken_over(reference, tmp_path):
 def test_an_interrupt_says_what_was_kept(monkeypatch, capsys):
     import engine.registry
 
-    def interrupted():
+    def interrupted(*files):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(engine.registry, "registry", interrupted)
