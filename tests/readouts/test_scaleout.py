@@ -96,7 +96,7 @@ def test_two_processes_equal_single_run(single, tmp_path, launcher, study):
     out = tmp_path / "ddp"
     head = LAUNCHERS[launcher]()
     bin_dir = Path(sys.executable).parent
-    # A shadowing package in the working directory: `-m readouts` would import it; the script path does not.
+    # A shadowing package in the working directory: `-m cli` would import it; the script path does not.
     (tmp_path / "stats.py").write_text("raise ImportError('the working directory shadowed the stats package')\n")
     cmd = [str(bin_dir / head[0]), *head[1:], str(bin_dir / "readout"), STUDIES[study][1], *STUDIES[study][3],
            "--out", str(out), "--no-progress"]

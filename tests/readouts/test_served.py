@@ -102,7 +102,7 @@ def test_killed_run_resumes_without_sending_a_request_twice(server, proxy, tmp_p
     proxy.stall_after = 12  # request 13 onwards is held: the run is mid-chunk when it is killed
     args = served_args(proxy, tmp_path, "--concurrency", "2")
     env = {**os.environ, "SERVED_TEST_KEY": KEY_VALUE}
-    proc = subprocess.Popen([sys.executable, "-m", "readouts", "nsi", *args, *QUICK_NSI], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "nsi", *args, *QUICK_NSI], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while proxy.stalled_count < 2 and time.time() < deadline:  # both workers held: nothing is in flight upstream
