@@ -12,7 +12,7 @@ OUT=${1:?run directory (absolute)}
 MODEL=${2:?model} PANEL=${3:?panel} PROFILE=${4:?profile}
 cd "$ROOT"
 if ! ${READOUT:-"$ROOT/.venv/bin/readout"} merge "$OUT" --shards "$SHARDS"; then
-    echo "resubmit each shard named above: STUDY=${STUDY:-run} $ROOT/scripts/slurm_submit.sh $MODEL $PANEL $PROFILE $OUT" \
+    echo "resubmit each shard named above: STUDY=${STUDY:-run} DEVICE=${DEVICE:-cuda} $ROOT/scripts/slurm_submit.sh $MODEL $PANEL $PROFILE $OUT" \
          "$SHARDS --only <index> (a new merge follows it)" >&2
     exit 1
 fi

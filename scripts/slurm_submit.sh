@@ -8,6 +8,8 @@
 #   scripts/slurm_submit.sh olmo-3-7b gap-v2 paper runs/olmo/paper 16 --only 5     # resubmit shard 5 of 16
 #
 # Logs go to LOGS (default <repo>/logs; created here). Extra sbatch options: SBATCH_ARGS="--partition=gpu --account=x".
+# The tasks run on DEVICE (default cuda; a task on a node whose GPU cannot be used fails at once). On CPU nodes:
+#   DEVICE=cpu SBATCH_ARGS=--gres=none scripts/slurm_submit.sh ...
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MODEL=${1:?model alias, folder or HF id}
@@ -29,7 +31,7 @@ if [ -n "$ONLY" ]; then
     [ "$ONLY" -lt "$SHARDS" ] || { echo "error: --only: $ONLY is not a shard index of $SHARDS shards" >&2; exit 2; }
     ARRAY="$ONLY"
 fi
-EXPORT="ALL,ROOT=$ROOT,SHARDS=$SHARDS,STUDY=${STUDY:-run}"
+EXPORT="ALL,ROOT=$ROOT,SHARDS=$SHARDS,STUDY=${STUDY:-run},DEVICE=${DEVICE:-cuda}"
 
 # sbatch ARGS...: prints the job id; a refusal (a GPU asked for on a cluster without one, an unknown partition ...)
 # ends the script with one line.
@@ -41,7 +43,7 @@ submit() {
         why=$(tr '\n' ' ' < "$err" | sed 's/  */ /g; s/ $//')
         rm -f "$err"
         case "$why" in
-            *gres*|*GRES*) why="$why (slurm_readout.sh asks for one GPU, #SBATCH --gres=gpu:1; where no node has one, add SBATCH_ARGS=--gres=none)" ;;
+            *gres*|*GRES*) why="$why (slurm_readout.sh asks for one GPU, #SBATCH --gres=gpu:1; where no node has one, add SBATCH_ARGS=--gres=none DEVICE=cpu)" ;;
         esac
         echo "error: sbatch refused the job: ${why:-no reason given}" >&2
         exit 1

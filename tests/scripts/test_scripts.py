@@ -59,6 +59,7 @@ def test_slurm_submission_dry_run(tmp_path):
     array, merge = calls.read_text().splitlines()
     assert (tmp_path / "logs").is_dir()
     assert "--array=0-3" in array and "SHARDS=4" in array and f"ROOT={ROOT}" in array and f"{ROOT}/runs/x" in array
+    assert "DEVICE=cuda" in array
     assert f"--output={tmp_path}/logs/readout-%A_%a.out" in array
     assert "--dependency=afterany:1001" in merge and "slurm_merge.sh" in merge
     proc = subprocess.run([submit, "tiny-llama3", "gap-v1", "quick", "/abs/run", "4", "--only", "2"], cwd=tmp_path,
@@ -73,7 +74,7 @@ def test_slurm_submission_dry_run(tmp_path):
                           capture_output=True, text=True)
     assert task.returncode == 0, task.stderr
     assert task.stdout.split() == ["run", "--model", "m", "--panel", "gap-v2", "--profile", "paper", "--out", f"{ROOT}/runs/y",
-                                   "--shard", "5/8", "--no-progress"]
+                                   "--shard", "5/8", "--device", "cuda", "--no-progress"]
     task_env["SLURM_ARRAY_TASK_ID"] = "8"
     task = subprocess.run(["bash", "scripts/slurm_readout.sh", "m", "gap-v2", "paper", "runs/y"], cwd=ROOT, env=task_env,
                           capture_output=True, text=True)
@@ -85,3 +86,32 @@ def test_slurm_submission_dry_run(tmp_path):
                             capture_output=True, text=True)
     assert merged.returncode == 1 and "shards to rerun: 3 of 8" in merged.stderr
     assert "slurm_submit.sh m gap-v2 paper /abs/run 8 --only <index>" in merged.stderr
+
+
+def test_slurm_task_without_a_usable_gpu_fails_at_once_in_one_line(tmp_path):
+    """An array task on a node where CUDA cannot be used (this machine) stops before loading anything, with one line
+    naming CUDA, instead of running the model on the CPU until the time limit; DEVICE=cpu is the CPU by choice."""
+    import time
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a usable GPU: the task would run on it")
+    env = {**os.environ, "ROOT": str(ROOT), "SHARDS": "2", "SLURM_ARRAY_TASK_ID": "0"}
+    env.pop("DEVICE", None)
+    env.pop("READOUT", None)  # the installed readout
+    args = ["bash", "scripts/slurm_readout.sh", "tiny-llama3", "gap-v1", "quick", str(tmp_path / "run")]
+    t0 = time.monotonic()
+    task = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - t0
+    assert task.returncode != 0, task.stdout[-2000:]
+    lines = task.stderr.strip().splitlines()
+    assert len(lines) == 1, task.stderr
+    assert lines[0].startswith("error: --device: 'cuda'") and "cuda" in lines[0].lower(), lines[0]
+    assert seconds < 60, f"the task ran {seconds:.0f} s before failing"
+    assert not (tmp_path / "run" / "chunks").exists()
+
+    readout = _fake(tmp_path / "readout", 'echo "$*"\n')
+    cpu = subprocess.run(args, cwd=ROOT, env={**env, "READOUT": readout, "DEVICE": "cpu"}, capture_output=True, text=True)
+    assert cpu.returncode == 0, cpu.stderr
+    assert "--device cpu" in cpu.stdout and "--shard 0/2" in cpu.stdout

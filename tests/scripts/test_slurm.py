@@ -1,7 +1,8 @@
 """The batch scripts (scripts/slurm_submit.sh, slurm_readout.sh, slurm_merge.sh) on a real SLURM: a one-node cluster
 on localhost (tests/scripts/slurm_cluster.py). A sharded run submitted as a job array, merged by the merge job, equals a
 single run; an array task cancelled mid-run and resubmitted resumes from its finished chunks; a job asking for a GPU on
-a node without one is refused in one line. Without SLURM (or root) the tests skip, naming why; with
+a node without one is refused in one line; a task left on its default device (cuda) on that node fails at once in one
+line. Without SLURM (or root) the tests skip, naming why; with
 LOGIT_READOUT_REQUIRE_SLURM set (.ci/run sets it) they fail instead."""
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ wait $child
 
 
 def _submit(cluster, readout_cmd, out, logs, *extra, gres="--gres=none", env=None):
-    env = {"READOUT": readout_cmd, "LOGS": str(logs), "SBATCH_ARGS": gres, "HF_HUB_OFFLINE": "1", "PAUSE_AFTER": "", **(env or {})}
+    env = {"READOUT": readout_cmd, "LOGS": str(logs), "SBATCH_ARGS": gres, "HF_HUB_OFFLINE": "1", "PAUSE_AFTER": "",
+           "DEVICE": "cpu", **(env or {})}
     proc = cluster.run(str(ROOT / "scripts" / "slurm_submit.sh"), MODEL, PANEL, PROFILE, str(out), str(SHARDS), *extra,
                        check=False, env=env)
     jobs = re.findall(r"submitted (?:array|merge) job (\d+)", proc.stdout)
@@ -146,6 +148,25 @@ def test_gpu_job_on_a_node_without_one_fails_in_one_line(cluster, readout_cmd, t
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: sbatch refused the job:") and "gres" in lines[0] and "SBATCH_ARGS=--gres=none" in lines[0]
     assert not cluster.run("squeue", "-h").stdout.strip()
+
+
+def test_task_on_its_default_device_fails_at_once_on_a_node_without_a_gpu(cluster, readout_cmd, tmp_path):
+    """Without DEVICE=cpu the tasks ask for cuda: on the GPU-less node each fails within seconds, its log holding one
+    line naming CUDA, nothing computed; the merge fails, its resubmission line naming the device the tasks asked for."""
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    proc, jobs = _submit(cluster, readout_cmd, out, logs, env={"DEVICE": ""})  # empty: the script's default
+    assert proc.returncode == 0, proc.stderr
+    t0 = time.monotonic()
+    cluster.wait_jobs(jobs)
+    assert time.monotonic() - t0 < 120, _logs(logs)
+    assert sorted(cluster.job_states(jobs[0]).values()) == ["FAILED"] * SHARDS, _logs(logs)
+    for index in range(SHARDS):
+        lines = (logs / f"readout-{jobs[0]}_{index}.out").read_text().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --device: 'cuda'"), _logs(logs)
+    merge_log = next(logs.glob("readout-merge-*.out")).read_text()
+    assert cluster.job_states(jobs[1]) == {jobs[1]: "FAILED"}
+    assert "DEVICE=cuda" in merge_log and "--only <index>" in merge_log, merge_log
+    assert not list(out.glob("chunks/*.parquet"))
 
 
 def _logs(folder) -> str:
