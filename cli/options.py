@@ -264,6 +264,32 @@ def plan_options() -> Group:
     return Group("plan", options, build)
 
 
+def generator_options() -> Group:
+    """--generator, --generator-url, --generator-model -> `generation` (readouts.options.Generation)."""
+    from readouts.options import GENERATORS, Generation
+
+    options = (
+        click.option("--generator", default="own", show_default=True, type=click.Choice(GENERATORS),
+                     help="what draws the rollouts of J, dose and the NSI replies: the project's own decoder, or vLLM "
+                          "(started for the same checkpoint from .venv-served, or the server at --generator-url); the "
+                          "letters are read by the project's own exact forward either way (docs/gpu-and-clusters.md)"),
+        click.option("--generator-url", default=None, help="a running vLLM server's /v1 address to draw the rollouts from "
+                     "(with --generator vllm; it must serve the same checkpoint)"),
+        click.option("--generator-model", default=None, help="the model name that server answers to"),
+    )
+
+    def build(v: dict) -> Generation:
+        engine, url, model = v["generator"], v["generator_url"], v["generator_model"]
+        if engine != "vllm":
+            refuse_given(["generator_url", "generator_model"], "reads a vLLM server; give it with --generator vllm")
+        if (url is None) != (model is None):
+            raise ReadoutError("--generator-url and --generator-model go together: the server's address and the name "
+                               "its model answers to")
+        return Generation(engine, url, model)
+
+    return Group("generation", options, build)
+
+
 def numbers(text: str, name: str, kind=float) -> tuple:
     """A comma-separated option's numbers (`--layers 20,21`, `--strengths=-2,-1`)."""
     try:

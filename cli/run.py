@@ -14,6 +14,7 @@ from cli.options import (
     NSI_OUT_HELP,
     NSI_SET_HELP,
     bounded,
+    generator_options,
     model_options,
     plan_options,
     run_options,
@@ -33,6 +34,8 @@ def start(study, model: ModelOptions, run: dict, panel: str | None, plan: str | 
     from readouts.driver import run as run_study
 
     options = RunOptions(model=model, panel=panel, **run)
+    if model.served is not None and options.generation.engine != "own":
+        raise ReadoutError("--generator: a served model draws its own replies; the generator is for a local checkpoint")
     if plan is not None and model.served is not None:
         from readouts.served_plan import served_plan_lines
 
@@ -105,28 +108,30 @@ def score_cmd(probes, out, temperature, top_p, max_batch, no_prefix_reuse, plain
 @click.option("--sample", is_flag=True, help="draw seeded rollouts for first-token readouts instead of exact probabilities")
 @click.option("--lens", default=None, type=click.Path(dir_okay=False), help="a tuned-lens file (`readout lens train`) the "
               "depth tables are also read through (needs depth in --readouts; its sha256 is recorded)")
+@generator_options()
 @plan_options()
 @run_options(default_seed=0, profiles=tuple(GAP_PROFILES), out_help=GAP_OUT_HELP, set_help=GAP_SET_HELP)
-def run_cmd(panel, readouts, sample, lens, plan, run, model):
+def run_cmd(panel, readouts, sample, lens, plan, run, generation, model):
     """Run the judgment-action study; a killed run resumes when the same command is given again."""
     from readouts.gap.study import GapStudy
 
-    start(GapStudy(readouts=readouts, sample=sample, lens=lens), model, run, panel, plan)
+    start(GapStudy(readouts=readouts, sample=sample, lens=lens), model, {**run, "generation": generation}, panel, plan)
 
 
 @click.command("nsi")
 @model_options("alias, local folder or HF id (needs a chat template)", served=SERVED)
 @click.option("--panel", "-p", default="nsi-14", show_default=True)
 @click.option("--samples", default=None, type=bounded(INDEX), help="sampled replies per dilemma x framing (default: the profile's; paper 30)")
+@generator_options()
 @plan_options()
 @run_options(default_seed=42, profiles=tuple(NSI_PROFILES), out_help=NSI_OUT_HELP, set_help=NSI_SET_HELP)
-def nsi_cmd(panel, samples, plan, run, model):
+def nsi_cmd(panel, samples, plan, run, generation, model):
     """Framing-stability audit: F0-F3 replies parsed, and P(agree) read exactly at the decision field."""
     from readouts.nsi.study import NsiStudy
 
     if samples is not None:
         run = {**run, "overrides": (f"samples={samples}", *run["overrides"])}
-    start(NsiStudy(), model, run, panel, plan)
+    start(NsiStudy(), model, {**run, "generation": generation}, panel, plan)
 
 
 @click.command("merge")

@@ -27,6 +27,13 @@ from engine.errors import ReadoutError
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 """HTTP statuses retried with backoff (rate limits, overload, gateway and server errors)."""
+SEEDED_PREFILL_CRASH = "CPU Generator does not use offset"
+"""What vLLM's CPU build logs when a seeded request meets chunked prefill; its engine is dead afterwards."""
+DEAD_ENGINE_SIGNS = ("EngineDeadError", "EngineCore encountered an issue", SEEDED_PREFILL_CRASH)
+"""Text in a reply or a server log that says vLLM's engine process has died: every later request fails the same way,
+so it is not retried."""
+DEAD_ENGINE_HINT = ("vLLM's CPU build dies this way when seeded requests meet chunked prefill (restart the server with "
+                    "--no-enable-chunked-prefill)")
 
 
 class ServedError(ReadoutError):
@@ -90,6 +97,9 @@ class Client:
         self.key_env = key_env
         if key_env is not None and not os.environ.get(key_env):
             raise ServedError(f"--api-key-env: the environment variable {key_env} is not set (or empty)")
+        self.cache_identity = self.url
+        """What stands for the endpoint in cache keys (its URL; a server the project starts on a free port: the
+        identity of what it serves)."""
         self.sent = 0
         """Requests sent over the network by this client (cache hits not counted)."""
         self.cached = 0
@@ -126,6 +136,9 @@ class Client:
                 return self._once(path, body)
             except urllib.error.HTTPError as exc:
                 detail = _error_detail(exc)
+                if any(sign in detail for sign in DEAD_ENGINE_SIGNS):
+                    raise ServedError(f"{self.url}{path}: the server's engine has died (HTTP {exc.code}: {detail}); "
+                                      f"{DEAD_ENGINE_HINT}; finished requests are cached: the same command resumes") from None
                 if exc.code not in RETRY_STATUS:
                     raise ServedError(f"{self.url}{path}: HTTP {exc.code} for model {self.model!r}: {detail}") from None
                 last = f"HTTP {exc.code} {detail}"
@@ -138,36 +151,48 @@ class Client:
                           "finished requests are cached: the same command resumes")
 
     def chat(self, body: dict, sample: int, accept=None) -> dict:
-        """The reply to one chat-completion body, from the cache when it holds it. A reply `accept(reply)`
+        """The reply to one chat-completion body (`ask` at /chat/completions)."""
+        return self.ask("/chat/completions", body, sample, accept)
+
+    def ask(self, path: str, body: dict, sample: int, accept=None) -> dict:
+        """The reply to one body posted to `path`, from the cache when it holds it. A reply `accept(reply)`
         refuses is returned but not cached (a rerun asks again), and a cached one it refuses is asked for again."""
-        key = cache_key(self.model, self.url, body, sample)
+        key = self._key(path, body, sample)
         hit = self.cache.get(key)
         if hit is not None and (accept is None or accept(hit)):
             with self._lock:
                 self.cached += 1
             return hit
-        reply = self.request("/chat/completions", body)
+        reply = self.request(path, body)
         if not isinstance(reply, dict) or "choices" not in reply:
-            raise ServedError(f"{self.url}/chat/completions: the reply has no 'choices' ({str(reply)[:80]})")
+            raise ServedError(f"{self.url}{path}: the reply has no 'choices' ({str(reply)[:80]})")
         if accept is None or accept(reply):
             self.cache.put(key, body, reply)
         return reply
 
+    def _key(self, path: str, body: dict, sample: int) -> str:
+        where = self.cache_identity if path == "/chat/completions" else f"{self.cache_identity}{path}"
+        return cache_key(self.model, where, body, sample)
+
     def chat_many(self, items: Sequence[tuple[dict, int]], on_done=None, accept=None) -> list[dict]:
-        """Replies to (body, sample) pairs, `settings.concurrency` at a time, in order. Pairs with the same cache
-        key (two readouts that read the same text) are sent once and share the reply. The first failure stops
-        the rest (replies already received are in the cache)."""
+        """Replies to chat-completion (body, sample) pairs (`post_many` at /chat/completions)."""
+        return self.post_many("/chat/completions", items, on_done, accept)
+
+    def post_many(self, path: str, items: Sequence[tuple[dict, int]], on_done=None, accept=None) -> list[dict]:
+        """Replies to (body, sample) pairs posted to `path`, `settings.concurrency` at a time, in order. Pairs with
+        the same cache key (two readouts that read the same text) are sent once and share the reply. The first
+        failure stops the rest (replies already received are in the cache)."""
         if not items:
             return []
         first: dict[str, int] = {}
         copies: dict[int, list[int]] = {}
         for i, (body, sample) in enumerate(items):
-            j = first.setdefault(cache_key(self.model, self.url, body, sample), i)
+            j = first.setdefault(self._key(path, body, sample), i)
             copies.setdefault(j, []).append(i)
         out: list[dict | None] = [None] * len(items)
 
         def one(j):
-            reply = self.chat(*items[j], accept=accept)
+            reply = self.ask(path, *items[j], accept=accept)
             for i in copies[j]:
                 out[i] = reply
             if on_done is not None:

@@ -65,7 +65,8 @@ class Study(Protocol):
     runner_type: type
     """The class of `runner`'s local runner (the run and `--plan` ask it whether it computes several chunks at once)."""
 
-    def runner(self, lm, profile: Profile, seed: int, options: RunOptions, bar) -> ChunkRunner: ...
+    def runner(self, lm, profile: Profile, seed: int, options: RunOptions, bar, generate=None) -> ChunkRunner: ...
+    # `generate`: what draws the rollouts (engine.generation.generate's signature), None for the own decoder.
     def summary(self, tables: Sequence[pd.DataFrame]) -> list[str]: ...
 
 
@@ -199,15 +200,16 @@ def run(study: Study, options: RunOptions, log=print, result=None) -> Path:
             ranks.state.destroy_process_group()
 
 
-def _manifest(job: _Job, lm, extra: dict) -> dict:
+def _manifest(job: _Job, lm, extra: dict, generate=None) -> dict:
     import torch
 
     served = getattr(lm, "served", False)
+    drawn = {"generator": {"name": generate.name, **generate.spec.identity}} if generate is not None else {}
     return {
         **(served_model_manifest(lm, extra.pop("letters")) if served else model_manifest(lm, extra.pop("letters"))),
         **extra,
         "engine": ({"served": True} if served else
-                   {"token_budget": job.options.model.token_budget, "threads": torch.get_num_threads()}),
+                   {"token_budget": job.options.model.token_budget, "threads": torch.get_num_threads(), **drawn}),
         "kind": job.study.kind,
         "tables": list(job.study.tables),
         "panel": {"name": job.panel.name, "path": job.panel.path, "sha256": job.panel.sha256,
@@ -221,14 +223,36 @@ def _manifest(job: _Job, lm, extra: dict) -> dict:
     }
 
 
+def _generator(options: RunOptions, lm, rundir: RunDir):
+    """What draws the run's rollouts besides the own decoder (None: the own decoder): a vLLM generator, its server
+    started on first use with its log in the run directory (engine/vllm_generation.py)."""
+    g = options.generation
+    if g.engine == "own":
+        return None
+    from engine.vllm_generation import start_generator
+
+    return start_generator(lm, g.url, g.model, log=str(rundir.path / "vllm-server.log"))
+
+
 def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
+    lm = job.options.model.load(ranks.device)
+    generate = _generator(job.options, lm, rundir)
+    try:
+        return _execute_loaded(job, ranks, rundir, log, result, lm, generate)
+    finally:
+        if generate is not None:
+            from engine.vllm_generation import close_generator
+
+            close_generator(generate)
+
+
+def _execute_loaded(job: _Job, ranks: _Ranks, rundir: RunDir, log, result, lm, generate) -> Path:
     study, options, profile, state = job.study, job.options, job.profile, ranks.state
-    lm = options.model.load(ranks.device)
     if getattr(lm, "served", False):
         lm.check_logprobs()  # one request, before any of the run's: a server without logprobs is refused here
     extra = study.prepare(lm, job.panel, job.records, profile)
     study.check_lengths(lm, job.records, profile)
-    manifest, chunks = _manifest(job, lm, extra), job.chunks
+    manifest, chunks = _manifest(job, lm, extra, generate), job.chunks
     if state is not None and not state.is_main_process:
         state.wait_for_everyone()  # rank 0 opens (or refuses) the run directory first
         rundir.identity = (rundir.read_manifest() or {}).get("identity")
@@ -245,7 +269,7 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
     done = sum(study.work(r, profile) for i, c in enumerate(chunks) if rundir.is_finished(i, [r.id for r in c]) for r in c)
     bar = tqdm(total=total, initial=done, desc=f"{options.model.model} {job.panel.name} {profile.name}",
                disable=not options.progress, dynamic_ncols=True)
-    runner = study.runner(lm, profile, job.seed, options, bar)
+    runner = study.runner(lm, profile, job.seed, options, bar, generate)
     window = _window(job.study, options, _device_type(lm))
     t_start = time.perf_counter()
     try:
@@ -269,6 +293,7 @@ def _execute(job: _Job, ranks: _Ranks, rundir: RunDir, log, result) -> Path:
                                             "items_by_stage": runner.counts, **_requests(lm),
                                             **_batches(runner)},
                            **({"served": lm.manifest()} if getattr(lm, "served", False) else {}),
+                           **({"generator": generate.manifest()} if generate is not None else {}),
                            **_planned(study, lm, windows(chunks, window, ranks.world), profile, job.seed,
                                       job.options.model.token_budget)})
     result("tables: " + ", ".join(f"{rundir.path / (name + '.parquet')} ({len(df)} rows)"

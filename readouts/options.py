@@ -73,6 +73,23 @@ class ModelOptions:
                           registry_files=o.registry_files)
 
 
+GENERATORS = ("own", "vllm")
+"""What draws a generating readout's rollouts: the project's own decoder, or a vLLM server (engine/vllm_generation.py);
+either way the letters are read by the project's own exact forward."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Which engine draws the rollouts of a run's generating readouts (J, dose, the NSI replies)."""
+
+    engine: str = "own"
+    """One of GENERATORS."""
+    url: str | None = None
+    """A vLLM server's /v1 address to draw from (None: the project starts one for the run's checkpoint)."""
+    model: str | None = None
+    """The model name that server answers to (with `url`)."""
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What every study run was asked to do, besides the study's own settings."""
@@ -96,6 +113,7 @@ class RunOptions:
     """(i, n): compute only chunks whose index is i modulo n, and leave the merge to `readout merge`."""
     stop_after_chunks: int | None = None
     """Testing aid: stop (as if killed) after this many newly computed chunks."""
+    generation: Generation = Generation()
     window: int | None = None
     """Chunks decoded together (readouts/chunks.py; None: the device's default, WINDOW_DEFAULT). Not part of the
     run's identity: a run may resume under another window."""

@@ -10,31 +10,20 @@ import hashlib
 import http.client
 import json
 import os
-import signal
 import socket
-import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-SERVER_ENV = "LOGIT_READOUT_SERVED_PYTHON"
-"""An explicit path to the Python of the venv that holds vLLM (else <repo>/.venv-served/bin/python)."""
+from engine import vllm_server
+from engine.vllm_server import free_port, server_python  # noqa: F401 (the tests' names for them)
+
 REQUIRE_ENV = "LOGIT_READOUT_REQUIRE_SERVER"
 """Set (by .ci/run) to make a missing server a failure instead of a skip."""
-ROOT = Path(__file__).resolve().parents[1]
 SERVED_NAME = "smollm2"
 """The model name the test server answers to."""
-
-
-def server_python() -> str | None:
-    explicit = os.environ.get(SERVER_ENV)
-    if explicit:
-        return explicit
-    beside = ROOT / ".venv-served" / "bin" / "python"
-    return str(beside) if beside.is_file() else None
 
 
 def require_server() -> str:
@@ -47,70 +36,13 @@ def require_server() -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class VllmServer:
-    """vLLM on the embedded model at 127.0.0.1:<port>; `stop()` and `start()` again on the same port.
-
-    It serves the engine's own safetensors copy of the GGUF (engine/embedded.py) in float32, so the served
-    logprobs and the local exact read come from the same weights. `--generation-config vllm`: the sampler is
-    the request's temperature, top-p and seed alone (no defaults read from the model folder)."""
-
-    def __init__(self, python: str, model_dir: Path, port: int | None = None, log: Path | None = None):
-        self.python, self.model_dir, self.port = python, model_dir, port or free_port()
-        self.log = log
-        self.proc: subprocess.Popen | None = None
-        self._out = None  # the log file the running server writes to, closed by stop()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self, timeout: float = 300.0) -> None:
-        self._out = open(self.log, "ab") if self.log else None
-        out = self._out if self._out is not None else subprocess.DEVNULL
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "2"}
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-             "--served-model-name", SERVED_NAME, "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096",
-             "--max-logprobs", "20", "--generation-config", "vllm", "--host", "127.0.0.1", "--port", str(self.port),
-             "--disable-log-stats"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.stop()
-                raise RuntimeError(f"vLLM exited with {code} (log: {self.log})")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"vLLM not ready after {timeout} s (log: {self.log})")
-
-    def stop(self) -> None:
-        """The whole process group (the API server and its engine process)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+def VllmServer(python: str, model_dir: Path, port: int | None = None, log: Path | None = None) -> vllm_server.VllmServer:
+    """vLLM on the embedded model at 127.0.0.1:<port>, started as the project starts its own (engine/vllm_server.py:
+    no chunked prefill on CPU, prefix caching, the request's sampler alone), from the engine's safetensors copy of
+    the GGUF (engine/embedded.py) in float32, so the served logprobs and the local exact read come from the same
+    weights. `stop()` and `start()` again on the same port."""
+    settings = vllm_server.ServerSettings(model_dir=str(model_dir), name=SERVED_NAME, dtype="float32", device="cpu")
+    return vllm_server.VllmServer(settings, python=python, port=port, log=log)
 
 
 def post(url: str, path: str, body: dict, timeout: float = 60.0) -> dict:
@@ -123,8 +55,8 @@ def post(url: str, path: str, body: dict, timeout: float = 60.0) -> dict:
 
 
 class CannedServer:
-    """A loopback chat upstream that answers each POST with `answer(body, headers)` (the reply's bytes, status 200);
-    `port` is where it listens, `close()` stops it."""
+    """A loopback chat upstream that answers each POST with `answer(body, headers)`: the reply's bytes (status 200) or
+    (bytes, status); `port` is where it listens, `close()` stops it."""
 
     def __init__(self, answer):
         class Handler(BaseHTTPRequestHandler):
@@ -133,7 +65,8 @@ class CannedServer:
 
             def do_POST(self):
                 data = answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))), self.headers)
-                self.send_response(200)
+                data, status = data if isinstance(data, tuple) else (data, 200)
+                self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -17,7 +17,8 @@ from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from contract.tables import NO_BOUND, PAIRED_TOKENS, PROMPT_TEXT
 from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
-from engine.generation import generate, stop_token_ids
+from engine.generation import generate as engine_generate
+from engine.generation import stop_token_ids
 from engine.render import encode_prompt
 from engine.rowcache import RowCaches
 from engine.sampling import derive_seed
@@ -135,7 +136,7 @@ class GapRunner:
     """Computes the probe rows and scenario rows of a chunk of scenarios on one loaded model."""
 
     def __init__(self, lm, profile: GapProfile, groups, seed: int, sample: bool, panel_name: str, model_name: str,
-                 progress=None, token_budget=None, depth: bool = False, lens=None):
+                 progress=None, token_budget=None, depth: bool = False, lens=None, generate=None):
         self.lm, self.profile, self.groups, self.seed, self.sample = lm, profile, groups, seed, sample
         self.panel_name, self.model_name, self.progress = panel_name, model_name, progress
         self.token_budget = token_budget
@@ -143,6 +144,8 @@ class GapRunner:
         """Also read depth.parquet and patching.parquet (readouts/gap/depth.py)."""
         self.lens = lens
         """A tuned lens (engine.tuned_lens.TunedLens) the depth rows are also read through, or None."""
+        self.generate = generate or engine_generate
+        """What draws the rollouts: the own decoder, or a generator with its signature (engine/vllm_generation.py)."""
         self.tok = lm.tokenizer
         self.stop = stop_token_ids(self.tok, lm.model)
         self.timings: dict[str, float] = {}
@@ -264,7 +267,7 @@ class GapRunner:
                 self._known.release(prompts[i] for i in flat)
 
             shapes = []
-            generate(
+            self.generate(
                 self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in part],
                 stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
                 top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,

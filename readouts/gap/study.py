@@ -149,14 +149,14 @@ class GapStudy:
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups)
 
-    def runner(self, lm, profile, seed, options, bar):
+    def runner(self, lm, profile, seed, options, bar, generate=None):
         if getattr(lm, "served", False):
             from readouts.gap.served import ServedGapRunner
 
             return ServedGapRunner(lm, profile, self.groups, seed, self.panel_name, options.model.model, progress=bar)
         return self.runner_type(lm, profile, self.groups, seed, self.sample, self.panel_name,
                          options.model.model, progress=bar, token_budget=options.model.token_budget,
-                         depth=wants_depth(self.readouts), lens=self._tuned)
+                         depth=wants_depth(self.readouts), lens=self._tuned, generate=generate)
 
     def summary(self, tables) -> list[str]:
         note = not_paper_note(self.profile, PROFILES["paper"], PAPER_FIELDS) if self.profile is not None else None

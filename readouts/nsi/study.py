@@ -85,12 +85,12 @@ class NsiStudy:
         prefix = tuple(tokenizer.encode(DECISION_PREFIX, add_special_tokens=False))
         return nsi_workload(tokenizer, chunks, profile, prefix, bounds)
 
-    def runner(self, lm, profile, seed, options, bar):
+    def runner(self, lm, profile, seed, options, bar, generate=None):
         if getattr(lm, "served", False):
             from readouts.nsi.served import ServedNsiRunner
 
             return ServedNsiRunner(lm, profile, seed, options.model.model, DECISION_PREFIX, DECISION_WORDS, MIN_WORD_START, bar)
-        return self.runner_type(lm, profile, seed, options.model.model, self.words, bar=bar)
+        return self.runner_type(lm, profile, seed, options.model.model, self.words, bar=bar, generate=generate)
 
     def summary(self, tables) -> list[str]:
         replies, continuous = tables

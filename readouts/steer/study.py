@@ -214,7 +214,9 @@ class SteerStudy(GapStudy):
             parts[p] = super().workload(tokenizer, mine, profile, seed, bounds) if mine else []
         return steer_workload(tokenizer, self, base, parts, profile, seed)
 
-    def runner(self, lm, profile, seed, options, bar):
+    def runner(self, lm, profile, seed, options, bar, generate=None):
+        if generate is not None:
+            raise ReadoutError("--generator: a steered run generates under its interventions, with the own decoder")
         return self.runner_type(lm, profile, seed, self, options.model.model, bar, options.model.token_budget)
 
     def summary(self, tables) -> list[str]:
