@@ -94,25 +94,51 @@ def kv_bytes_per_token(model) -> int:
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize
 
 
+CUDA_CONTEXT_RESERVE = 1 << 30
+"""Bytes of a CUDA device that PyTorch's allocator never holds (the CUDA context, the cuBLAS and attention kernels'
+workspaces): left out of `usable_memory`, so that the memory bounds are shares of what caches can actually take."""
+
+
+def usable_bytes(total: int, weights: int, head_copy: int) -> int:
+    """Bytes of a CUDA device of `total` bytes left for caches and activations beside `weights` bytes of weights, the
+    fp32 copy of the head the letter reads keep (`head_copy` bytes, engine.head.head_copy_bytes) and the
+    CUDA_CONTEXT_RESERVE."""
+    return max(0, total - weights - head_copy - CUDA_CONTEXT_RESERVE)
+
+
 def usable_memory(model, device: torch.device) -> int:
-    """Bytes of a CUDA device left for caches and activations: its total memory less the model's weights.
+    """Bytes of a CUDA device left for caches and activations (`usable_bytes`): its total memory less the model's
+    weights on it, the fp32 copy of its head and the CUDA context's reserve.
 
     Fixed for a given GPU model and checkpoint, unlike the moment's free memory (which PyTorch's cached blocks,
     earlier stages and other processes move): batch limits derived from it are the same for a single-process
     run, its shards and a resumed run, so their batches, and bf16 results, are too. A batch that does not fit
     after all (another process on the GPU) is halved and retried."""
+    from engine.head import head_copy_bytes
+
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).total_memory
     weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == "cuda" and p.device.index == index)
-    return max(0, total - weights)
+    return usable_bytes(total, weights, head_copy_bytes(model, torch.device("cuda", index)))
 
 
-def cache_token_limit(model, device: torch.device, budget: int) -> int:
+def cache_token_limit(model, device: torch.device, budget: int, longest: int = 1) -> int:
     """Tokens of keys/values held at once (cached prefix-tree nodes of a wave, or one batch's assembled
-    prefixes): 4x the token budget, and on CUDA at most a quarter of the usable memory."""
+    prefixes): 4x the token budget, and on CUDA at most what a quarter of the usable memory holds, even below the
+    budget. A forward pass holds at least one sequence's keys/values whole (`longest` tokens, the longest the caller
+    runs): a quarter that holds fewer raises DeviceMemoryError instead of running past the device's memory."""
     limit = 4 * budget
     if device.type == "cuda":
-        limit = min(limit, max(budget, int(0.25 * usable_memory(model, device)) // kv_bytes_per_token(model)))
+        usable = usable_memory(model, device)
+        cap = int(0.25 * usable) // kv_bytes_per_token(model)
+        if cap < longest:
+            from engine.errors import DeviceMemoryError
+
+            raise DeviceMemoryError(
+                f"{device}: a sequence of {longest:,} tokens needs its keys/values held at once, a quarter of the "
+                f"{usable / 2**30:.1f} GiB left for caches (beside the weights, the fp32 head and the CUDA context) holds "
+                f"{cap:,} (shorter prompts, or a device with more memory)")
+        limit = min(limit, cap)
     return limit
 
 
@@ -121,8 +147,10 @@ GENERATION_CACHE_SHARE = 0.5
 
 
 def generation_cache_limit(model, device: torch.device) -> int | None:
-    """Tokens of keys/values one generation batch may hold (rows x (prompt + new tokens)): on CUDA half
-    the usable memory; None (unbounded) elsewhere."""
+    """Tokens of keys/values one generation batch may allocate (engine.generation's batches count them as its
+    decode state allocates them: each distinct prompt padded to the longest, and every row, padded to its
+    power-of-two bucket on the static path, with an own buffer of the longest budget): on CUDA half the usable
+    memory; None (unbounded) elsewhere."""
     if device.type != "cuda":
         return None
     return int(GENERATION_CACHE_SHARE * usable_memory(model, device)) // kv_bytes_per_token(model)

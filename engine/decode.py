@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from engine.batching import spread_over_devices
+from engine.batching import is_out_of_memory, spread_over_devices
 from engine.prefill import prefill_prompts
 from engine.scoring import ScoreStats
 
@@ -194,7 +194,7 @@ class Cascade:
             self._graph = None
             self.graphs = 0  # the graphs its steps have needed (captured on CUDA): one per bucket and own span stepped
             self._fresh = True  # the next step starts a graph
-            self.graph_used = False
+            self.graph_used = False  # True once a graph is captured; False again if one fails (the steps run eagerly)
             self.graph_error: str | None = None
 
     # -- layout --------------------------------------------------------------------------------------
@@ -328,7 +328,9 @@ class Cascade:
                 try:
                     self._capture()
                 except RuntimeError as exc:  # an op the graph cannot hold: the same static steps, run eagerly
-                    self._graph, self.graph_error = None, f"{type(exc).__name__}: {exc}"
+                    if is_out_of_memory(exc):  # the batch does not fit: engine.batching.halving_on_oom halves it
+                        raise
+                    self._graph, self.graph_used, self.graph_error = None, False, f"{type(exc).__name__}: {exc}"
                     log.warning("static decoding runs without a CUDA graph: %s", self.graph_error)
                     warnings.warn(f"static decoding runs without a CUDA graph: {self.graph_error}", stacklevel=2)
         self.step_index += 1
@@ -358,17 +360,20 @@ class Cascade:
 
     def _capture(self) -> None:
         """Record the static step's forward pass as a CUDA graph (replayed by later steps). Replays rewrite the
-        same cache slot the eager step just wrote, with the same values, so warming up is harmless."""
+        same cache slot the eager step just wrote, with the same values, so warming up is harmless. The model's
+        device is made current (torch.cuda.graph synchronizes, frees cached blocks and begins the capture on the
+        current device) and the capture stream is passed (its default is made once, on the device current then)."""
         self._tokens_in = self.tokens.clone()
         self._positions_in = self.positions.clone()
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            self._forward(self._tokens_in, self._positions_in)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._logits_out = self._forward(self._tokens_in, self._positions_in)
+        with torch.cuda.device(self.device):
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                self._forward(self._tokens_in, self._positions_in)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                self._logits_out = self._forward(self._tokens_in, self._positions_in)
         self._graph = graph
         self.graph_used = True
 

@@ -35,3 +35,7 @@ class ContextLengthError(ReadoutError):
 class NonFiniteLogitsError(ReadoutError):
     """The model's next-token logits are NaN or infinite where a letter is read or a token is drawn (its weights, or
     a dtype too narrow for its activations); nothing computed from them is kept."""
+
+
+class DeviceMemoryError(ReadoutError):
+    """The device's memory beside the model's weights cannot hold the keys/values of the longest sequence asked for."""

@@ -16,13 +16,13 @@ oneDNN weights (engine/packed.py).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
 
 from engine.batching import default_bounds, generation_cache_limit, halving_on_oom, kv_bytes_per_token, pad_rows
-from engine.decode import Cascade, supports_cascade
+from engine.decode import Cascade, bucket, supports_cascade
 from engine.dense_decode import Dense
 from engine.packed import packed_linears
 from engine.rowcache import default_limit
@@ -134,6 +134,7 @@ def generate(
     bounds = batch_bounds(model, device, token_budget, max_rows)
     token_budget, max_rows, cascade = bounds.token_budget, bounds.max_rows, bounds.cascade
     static_shapes = _static(static_shapes, cascade, device)
+    bounds = replace(bounds, static=static_shapes)
     if row_kv is not None:
         prefix_kv = row_kv if prefix_kv is None else prefix_kv
         if row_kv.limit_bytes is None:
@@ -200,6 +201,8 @@ class BatchBounds:
     the dense fallback; None: unbounded)."""
     kv_bytes_per_token: int = 0
     """Keys/values of one token, all layers (for `row_cache_bytes`)."""
+    static: bool = False
+    """Whether the batches decode with static shapes (the cascade backend's rows padded to their bucket)."""
 
 
 def batch_bounds(model, device, token_budget: int | None = None, max_rows: int | None = None) -> BatchBounds:
@@ -207,7 +210,8 @@ def batch_bounds(model, device, token_budget: int | None = None, max_rows: int |
     default_budget, default_rows = default_bounds("generate", device)
     cascade = supports_cascade(model)
     return BatchBounds(token_budget or default_budget, max_rows or default_rows, generation_cache_limit(model, device),
-                       cascade, default_limit(model, device) if cascade else 0, kv_bytes_per_token(model))
+                       cascade, default_limit(model, device) if cascade else 0, kv_bytes_per_token(model),
+                       cascade and STATIC_ON.get(device.type, False))
 
 
 def plan_batches(lengths: Sequence[int], budgets: Sequence[int], n: int, bounds: BatchBounds, leaders=None) -> list:
@@ -231,8 +235,10 @@ def batch_shape(prompts, budgets, n: int, members) -> tuple[int, int, int]:
 
 def _batches(units, lengths, budgets, n, bounds: BatchBounds):
     """Units of prompts (in order) cut into decoding batches, never splitting a unit. Rows are bounded by `max_rows`
-    and held keys/values by `kv_limit`: the cascade backend holds each prompt once and each row's own tokens; the
-    dense fallback holds a left-padded copy of the prompt per row and prefills the whole batch in one pass."""
+    and keys/values by `kv_limit`, counted as the decode state allocates them: the cascade backend holds each prompt
+    once (padded to the longest) and each row's own buffer of the longest budget, the rows padded to their bucket with
+    static shapes (engine/decode.py); the dense fallback holds a left-padded copy of the prompt per row and prefills the
+    whole batch in one pass."""
     batch: list[list[int]] = []
     for unit in units:
         members = [i for u in batch for i in u] + unit
@@ -240,7 +246,7 @@ def _batches(units, lengths, budgets, n, bounds: BatchBounds):
         rows = len(members) * n
         longest = max(budgets[i] for i in members)
         if bounds.cascade:
-            held = sum(lengths[i] for i in members) + rows * longest
+            held = len(members) * width + (bucket(rows) if bounds.static else rows) * longest
             fits = rows <= bounds.max_rows
         else:
             held = rows * (width + longest)

@@ -24,7 +24,19 @@ def head_fp32(model) -> tuple[torch.Tensor, torch.Tensor | None]:
     key = (weight.data_ptr(), weight._version, str(weight.device))
     cached = getattr(model, "_readout_head_fp32", None)
     if cached is None or cached[0] != key:
-        with torch.no_grad():
+        # Made outside inference mode even when the first read runs inside it: the lens trainer
+        # (engine/tuned_lens.py) uses the same copy with autograd, which cannot save an inference tensor.
+        with torch.inference_mode(False), torch.no_grad():
             cached = (key, weight.float(), None if bias is None else bias.float())
         model._readout_head_fp32 = cached
     return cached[1], cached[2]
+
+
+def head_copy_bytes(model, device: torch.device) -> int:
+    """Bytes of the fp32 copy of the head that `head_fp32` keeps on `device` (0 for an fp32 head, read as is, and
+    for a head on another device)."""
+    head = model.get_output_embeddings()
+    weight, bias = head.weight, getattr(head, "bias", None)
+    if weight.dtype == torch.float32 or weight.device != device:
+        return 0
+    return 4 * (weight.numel() + (0 if bias is None else bias.numel()))

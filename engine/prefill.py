@@ -20,7 +20,7 @@ def prefill_prompts(model, heads, pad_id, device, token_budget, max_rows, share,
     if window and 2 * max(len(s) for s in seqs) >= window:
         share = False  # as in scoring: padded shared prefixes would shift cache positions under a sliding window
     stats.prompt_tokens += sum(len(s) for s in seqs)
-    held = cache_token_limit(model, device, token_budget)
+    held = cache_token_limit(model, device, token_budget, longest=max(len(s) for s in seqs))
     if share:
         plan = plan_prefix_groups(seqs)
         tree = _Tree(model, plan, {}, pad_id, device, stats)

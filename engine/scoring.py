@@ -249,7 +249,7 @@ def _score(model, seqs, letters, hooks, patches, temperature, top_p, fast, prefi
     stats.group_sizes += [len(g.members) for g in plan if g.prefix_len and g.members]
 
     with torch.inference_mode():
-        held = cache_token_limit(model, device, budget)
+        held = cache_token_limit(model, device, budget, longest=max(map(len, uniq), default=1))
         node_waves, done_after = waves(plan, held)
         tree = _Tree(model, plan, {}, pad_id, device, stats, hooks, [[patches[c[0]], c[0]] for c in copies])
         kv = tree.kv

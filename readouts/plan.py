@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from engine.batching import DEFAULT_BOUNDS, GENERATION_CACHE_SHARE
+from engine.batching import DEFAULT_BOUNDS, GENERATION_CACHE_SHARE, usable_bytes
 from engine.decode import bucket, cascade_config, graph_captures, mean_own_span
 from engine.errors import ReadoutError
 from engine.generation import BatchBounds
@@ -129,13 +129,15 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
 
 def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int | None = None) -> BatchBounds:
     """The generation batch bounds a run of this model would have on the named GPU (engine.generation.batch_bounds
-    on CUDA: the default rows, and half the memory left beside the weights for keys/values)."""
+    on CUDA: the default rows, half the usable memory (engine.batching.usable_bytes: beside the weights, the fp32
+    copy of a 16-bit head and the CUDA context) for keys/values, the cascade backend's rows padded to their bucket)."""
     _known_gpu(gpu_name)
     default_budget, rows = DEFAULT_BOUNDS["generate"]["cuda"]
-    usable = max(0, GPUS[gpu_name].memory - size.weight_bytes)
+    head_copy = 0 if size.weight_bytes == 4 * size.params else 4 * config.vocab_size * config.hidden_size
+    usable = usable_bytes(GPUS[gpu_name].memory, size.weight_bytes, head_copy)
     cascade = cascade_config(config)
     return BatchBounds(token_budget or default_budget, rows, int(GENERATION_CACHE_SHARE * usable) // size.kv_bytes_per_token,
-                       cascade, int(ROW_CACHE_SHARE * usable) if cascade else 0, size.kv_bytes_per_token)
+                       cascade, int(ROW_CACHE_SHARE * usable) if cascade else 0, size.kv_bytes_per_token, cascade)
 
 
 def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
