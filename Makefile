@@ -7,6 +7,7 @@ PIP    := $(PY) -m pip
 MODEL  ?= smollm2-135m
 PANEL  ?= gap-v2
 PROFILE ?= quick
+VLLM_BUILD ?=
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
@@ -25,13 +26,14 @@ install:
 	# The wheels a venv holding only torch needs for scripts/gpu_check.sh (its fresh-venv test; 56 MiB, pip's cache).
 	$(PY) scripts/gpu_prep.py --image bare --dest .whl-bare --no-tokenizer > /dev/null
 ifeq ($(SERVED),1)
-	bash scripts/install_served_server.sh $(SERVED_VENV)
+	VLLM_BUILD=$(VLLM_BUILD) bash scripts/install_served_server.sh $(SERVED_VENV)
 endif
 
-# The OpenAI-compatible server the served-model tests start on loopback (vLLM, CPU build, in its own venv;
-# docs/served-models.md). `make install SERVED=0` leaves it out (those tests then skip).
+# The OpenAI-compatible server the served-model tests start on loopback (vLLM in its own venv; docs/served-models.md):
+# the CUDA build on a GPU node (nvidia-smi -L lists a GPU), the CPU build elsewhere; VLLM_BUILD=cuda|cpu chooses.
+# `make install SERVED=0` leaves it out (those tests then skip).
 served-server:
-	bash scripts/install_served_server.sh $(SERVED_VENV)
+	VLLM_BUILD=$(VLLM_BUILD) bash scripts/install_served_server.sh $(SERVED_VENV)
 
 # The test tiers (docs/architecture.md, "Test tiers"; markers in pyproject.toml). Lint (ruff: pyflakes, pycodestyle,
 # import order) first: it takes a second and names the line.
