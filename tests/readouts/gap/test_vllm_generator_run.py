@@ -1,0 +1,71 @@
+"""A gap run whose J rollouts vLLM draws (`--generator vllm`) on the embedded SmolLM2 in float32: every letter mass
+it writes is a plain forward of the prompt and the drawn text, `readout stats` reads its tables, and a run stopped
+after its first chunk resumes on a server started again, asking vLLM only for what it had not drawn."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+import torch
+
+from readouts.driver import Interrupted
+from readouts.options import Generation
+from tests.helpers import TEST_PROFILE, cli, gap_run, get_model
+from tests.served_helpers import SERVED_NAME
+
+pytestmark = [pytest.mark.smollm, pytest.mark.served]
+TOLERANCE = 1e-5
+PROFILE = dataclasses.replace(TEST_PROFILE, name="vllm-test", max_units=4, j_budget=24, chunk_size=2)
+
+
+@pytest.fixture()
+def profile(monkeypatch):
+    from readouts.gap import profile as gap_profile
+
+    monkeypatch.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
+    return PROFILE.name
+
+
+def test_letter_masses_equal_a_plain_forward_of_the_drawn_text(served_server, profile, tmp_path, monkeypatch, capsys):
+    import readouts.gap.recipe as recipe
+
+    reads = []
+    real = recipe.score_ids
+
+    def recording(model, ids, letters, **kw):
+        results = real(model, ids, letters, **kw)
+        reads.extend(zip(ids, letters, results))
+        return results
+
+    monkeypatch.setattr(recipe, "score_ids", recording)
+    generation = Generation("vllm", served_server.url, SERVED_NAME)
+    path, _ = gap_run(tmp_path, model="smollm2-135m", readouts="J", profile=profile, generation=generation)
+    probes = pd.read_parquet(path / "probes.parquet")
+    j = probes[probes.readout == "J"]
+    assert len(j) > 0 and (j.generated_tokens > 0).any()
+    lm = get_model("smollm2-135m")
+    worst, checked = 0.0, 0
+    with torch.no_grad():
+        for ids, letters, res in reads:
+            if len(ids) <= min(len(i) for i, _, _ in reads):
+                continue  # the shortest reads are prompts without drawn text
+            probs = lm.model(input_ids=torch.tensor([list(ids)])).logits[0, -1].float().softmax(-1)
+            plain = [float(probs[list(forms)].sum()) for forms in letters.token_ids]
+            worst = max(worst, max(abs(a - b) for a, b in zip(plain, res.mass)))
+            checked += 1
+    assert checked >= len(j) // 2 and worst < TOLERANCE
+    manifest = pd.read_json(path / "manifest.json", typ="series")
+    assert manifest["engine"]["generator"]["name"] == "vllm"
+    code, out, err = cli(["stats", str(path)], capsys)
+    assert code in (0, None), err
+
+
+def test_a_stopped_run_resumes_on_a_restarted_server(profile, tmp_path):
+    with pytest.raises(Interrupted):
+        gap_run(tmp_path, model="smollm2-135m", readouts="J", profile=profile, generation=Generation("vllm"),
+                stop_after_chunks=1)
+    path, logs = gap_run(tmp_path, model="smollm2-135m", readouts="J", profile=profile, generation=Generation("vllm"))
+    manifest = pd.read_json(path / "manifest.json", typ="series")
+    assert manifest["complete"] and manifest["last_session"]["computed_chunks"] == 1
+    assert manifest["generator"]["requests"]["sent"] > 0
+    assert (path / "vllm-server.log").is_file()
