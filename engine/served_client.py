@@ -32,8 +32,8 @@ SEEDED_PREFILL_CRASH = "CPU Generator does not use offset"
 DEAD_ENGINE_SIGNS = ("EngineDeadError", "EngineCore encountered an issue", SEEDED_PREFILL_CRASH)
 """Text in a reply or a server log that says vLLM's engine process has died: every later request fails the same way,
 so it is not retried."""
-DEAD_ENGINE_HINT = ("vLLM's CPU build dies this way when seeded requests meet chunked prefill (restart the server with "
-                    "--no-enable-chunked-prefill)")
+DEAD_ENGINE_HINT = ("its log says why (one known cause: vLLM's CPU build dies when seeded requests meet chunked prefill; "
+                    "--no-enable-chunked-prefill avoids it)")
 
 
 class ServedError(ReadoutError):

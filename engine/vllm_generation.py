@@ -25,7 +25,7 @@ from typing import Sequence
 
 from engine.generation import Rollout
 from engine.sampling import derive_seed
-from engine.served_client import DEAD_ENGINE_HINT, SEEDED_PREFILL_CRASH, Client, ClientSettings, ReplyCache, ServedError
+from engine.served_client import SEEDED_PREFILL_CRASH, Client, ClientSettings, ReplyCache, ServedError
 
 GROUP_PROMPTS = 64
 """Prompts whose rollouts are asked for before the caller reads them (`on_rollouts`): the server batches every
@@ -149,7 +149,8 @@ class VllmGenerator:
         line = self.server.died_of() if self.server is not None else None
         if line is None:
             return message
-        hint = f"; {DEAD_ENGINE_HINT}" if SEEDED_PREFILL_CRASH in line else ""
+        hint = ("; seeded requests met chunked prefill, which the server started with --no-enable-chunked-prefill avoids"
+                if SEEDED_PREFILL_CRASH in line else "")
         return f"the vLLM server the project started has died ({line}; log: {self.server.log}){hint}"
 
 
@@ -178,7 +179,7 @@ def start_generator(lm, url: str | None = None, model: str | None = None, log: s
     """A generator for loaded model `lm`: pointed at the vLLM server at `url` (answering to `model`), or on one the
     project starts, on first use, for the same checkpoint folder, adapter, dtype and device (stopped by
     `close_generator`). Its identity records what the drawn texts depend on."""
-    from engine.vllm_server import ServerSettings, VllmServer, installed_version
+    from engine.vllm_server import ServerSettings, VllmServer, check_servable, installed_version
 
     facts = lm.facts
     server = None
@@ -186,6 +187,7 @@ def start_generator(lm, url: str | None = None, model: str | None = None, log: s
                 **({"weights_fingerprint": facts.weights_fingerprint} if facts.source == "local" else {}),
                 **({"adapter": {k: v for k, v in facts.adapter.items() if k != "path"}} if facts.adapter else {})}
     if url is None:
+        check_servable(lm.model.config, facts.device, facts.name)
         adapter = (facts.adapter or {}).get("path")
         settings = ServerSettings(model_dir=facts.path, name=LOCAL_NAME, dtype=facts.dtype.removeprefix("torch."),
                                   device=facts.device, max_model_len=min(lm.max_positions or SERVER_MAX_LEN, SERVER_MAX_LEN),

@@ -45,6 +45,21 @@ def server_python() -> str | None:
     return str(beside) if beside.is_file() else None
 
 
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""The attention head sizes vLLM's CPU attention backend computes (vLLM 0.32, `CPUAttentionBackend.
+get_supported_head_sizes`); its engine dies on the first request to a model with another."""
+
+
+def check_servable(config, device: str, name: str) -> None:
+    """Refuse, in one line and before anything starts, a model the server would die on: on CPU, an attention head
+    size the CPU backend lacks (every tiny family's 16)."""
+    heads = getattr(config, "num_attention_heads", 1)
+    head = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if str(device).startswith("cpu") and head not in CPU_HEAD_SIZES:
+        raise VllmUnavailable(f"--generator vllm: vLLM's CPU build cannot serve {name}: its attention head size {head} "
+                              f"is not one of {', '.join(map(str, CPU_HEAD_SIZES))}; --generator own draws its rollouts")
+
+
 def installed_version(python: str) -> str:
     """The release of vLLM installed beside `python` (its package metadata; vLLM itself is not imported)."""
     code = ("import importlib.metadata as m\n"
@@ -185,7 +200,7 @@ class VllmServer:
         if self.log is None or not self.log.is_file():
             return None
         lines = self.log.read_text(errors="replace").splitlines()
-        for signs in ((SEEDED_PREFILL_CRASH,), DEAD_ENGINE_SIGNS):  # the most specific first
+        for signs in ((SEEDED_PREFILL_CRASH, "Worker failed with error"), DEAD_ENGINE_SIGNS):  # the most specific first
             for line in lines:
                 if any(sign in line for sign in signs):
                     return line.strip()
