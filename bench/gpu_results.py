@@ -24,7 +24,8 @@ def run_lines(folder: Path) -> list[str]:
         bad = [f"{r['family']} {r['check']}" for r in e["results"] if not r["ok"]]
         lines += [f"- graph path against references (scripts/gpu_equal.py, fp32, {len({r['family'] for r in e['results']})} tiny "
                   f"families, torch {e['torch']} on {e['device']}): {sum(r['ok'] for r in e['results'])} of {len(e['results'])} "
-                  "checks passed" + (f"; failed: {', '.join(bad)}" if bad else ""), ""]
+                  "checks passed" + (f"; failed: {', '.join(bad)}" if bad else "")
+                  + ("" if e.get("complete", True) else "; stopped before the end (its time limit)"), ""]
     draws = folder / "draw_bench.json"
     if draws.is_file():
         d = json.loads(draws.read_text())
@@ -45,6 +46,9 @@ def run_lines(folder: Path) -> list[str]:
         if "gen_tokens_per_s" in c:
             facts.append(f"generation {c['gen_rollouts']} rollouts x {c['gen_tokens'] // c['gen_rollouts']} tokens: "
                          f"{c['gen_tokens_per_s']:.0f} new tokens/s")
+        if "parts_done" in c and not c.get("complete"):  # stopped (its time limit) after writing these parts' figures
+            facts.append(f"stopped before the end: parts finished {', '.join(c['parts_done']) or 'none'}"
+                         + (f", {len(c['step_grid'])} grid shapes timed" if c.get("step_grid") else ""))
         lines += [f"- {x}" for x in facts] + [""]
         if c.get("decode"):
             lines += ["| batch | path | new tokens/s | ms per step | share of the larger bound | greedy rows equal to dynamic |",
@@ -58,7 +62,8 @@ def run_lines(folder: Path) -> list[str]:
             lines.append("")
         if c.get("step_grid"):
             valid = c.get("step_grid_inference_mode", False)
-            lines.append("Step times at the paper plan's shapes" + ("" if valid else " (timed outside inference mode: the "
+            shape_set = f" for the {c['shape_set']}" if "shape_set" in c else ""
+            lines.append(f"Step times at the paper plan's shapes{shape_set}" + ("" if valid else " (timed outside inference mode: the "
                          "eager steps kept their activations, so the larger shapes ran out of memory; the times of the "
                          "others are graph replays, over own buffers then held at the whole budget)") + ":")
             lines += ["", "| call | rows (bucket) | own budget | ms per step | read GB/s |", "|---|---|---|---|---|"]

@@ -27,7 +27,7 @@ from readouts.chunks import WINDOW_DEFAULT, windows  # noqa: E402
 from readouts.driver import ModelOptions, RunOptions, _resolve  # noqa: E402
 from readouts.gap.study import GapStudy  # noqa: E402
 from readouts.nsi.study import NsiStudy  # noqa: E402
-from readouts.plan import gpu_batch_bounds, model_size, plan_lines, plan_table  # noqa: E402
+from readouts.plan import GPUS, gpu_batch_bounds, model_size, plan_lines, plan_table  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(_spec)
@@ -68,6 +68,15 @@ def shapes(rows: list[dict], profile) -> list[dict]:
     return [dict(s, rows=s["rows"] // s["batches"], prompt_tokens=s["prompt_tokens"] // s["batches"]) for s in seen.values()]
 
 
+def write_shapes(path: Path, gpu: str, grid: dict[str, list]) -> None:
+    """Put `grid` (architecture -> shapes) into the shapes file `path` as the set for `gpu`, beside the other GPUs'
+    sets, each with the GPU's memory (scripts/gpu_check.py picks a set by the device's memory), largest first."""
+    sets = json.loads(path.read_text()) if path.is_file() else {}
+    sets = {name: s for name, s in sets.items() if isinstance(s, dict) and "shapes" in s}
+    sets[gpu] = dict(memory_bytes=GPUS[gpu].memory, shapes=grid)
+    path.write_text(json.dumps(dict(sorted(sets.items(), key=lambda kv: -kv[1]["memory_bytes"])), indent=2) + "\n")
+
+
 def measured_total(rows: list[dict], check: dict) -> dict:
     """A plan's seconds from one GPU run's figures (scripts/gpu_check.py --shapes on that architecture) instead of
     the model's rates: each decoding batch steps its whole budget at the step time measured at its (call, bucket,
@@ -101,7 +110,9 @@ def main() -> None:
                     "(chunks decoded together; 1: every chunk alone, as before windows)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--shapes-out", default=None, help="write the gap-v2 plans' decoding shapes at the largest window, "
-                    "per architecture, to this JSON (scripts/gpu_check.py --shapes times them on a GPU)")
+                    "per architecture, into this JSON: one set for each GPU of --shape-gpus, keeping the file's other "
+                    "sets (scripts/gpu_check.py --shapes times the set for its device's memory)")
+    ap.add_argument("--shape-gpus", default="h200,h100", help="comma-separated GPUs whose shape sets --shapes-out writes")
     ap.add_argument("--measured", default=None, help="a folder of gpu_check_<arch>.json from one GPU run: each plan is "
                     "also costed from those measured figures")
     a = ap.parse_args()
@@ -150,7 +161,16 @@ def main() -> None:
     (out / "plan_8b.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "plan_8b.md").write_text("\n".join(md))
     if a.shapes_out:
-        Path(a.shapes_out).write_text(json.dumps(grid, indent=2) + "\n")
+        largest = max(int(w) for w in a.windows.split(","))
+        for gpu in a.shape_gpus.split(","):
+            if gpu == a.gpu and "gap-v2" in a.studies.split(","):
+                write_shapes(Path(a.shapes_out), gpu, grid)
+                continue
+            sets = {}
+            for arch in gpu_check.ARCHS:
+                rows, _, profile = plan("gap-v2", arch, gpu, largest)
+                sets[arch] = shapes(rows, profile)
+            write_shapes(Path(a.shapes_out), gpu, sets)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 on 64 gap-v1 scenarios x 32 option orders, batched generation, and decoding speed at batch 1 and at a large
 batch, each with dynamic shapes and with the static-shape path (`generate(static_shapes=True)`: one CUDA
 graph per batch); prints probes/s, tokens/s and their share of the GPU's bf16 matmul rate and HBM bandwidth,
-both measured in the same run. One call of the device tool runs it:
+both measured in the same run; with --shapes, the step time at each decoding shape of the paper plan, from the set
+made for the device's memory (bench/gpu_shapes.json holds one for the H200 and one for the H100; the result records
+which). One call of the device tool runs it:
 
     bash scripts/gpu_check.sh            # or: python scripts/gpu_check.py --arch llama3
     python scripts/gpu_check.py --tiny   # the same code path on CPU with a small config (smoke test)
@@ -97,21 +99,22 @@ def shape_prompts(prompts, shape) -> list[list[int]]:
     return [[prompts[i % len(prompts)][j % len(prompts[i % len(prompts)])] for j in range(length)] for i in range(k)]
 
 
-def step_grid(model, prompts, shapes, token_budget, steps=12):
+def step_grid(model, prompts, shapes, token_budget, steps=12, rows_out=None, on_row=None):
     """Seconds per decoding step on the static path (one CUDA graph per bucket on CUDA) at each shape the paper
     profile's plan forms (bench/plan_8b_bench.py --shapes-out): its mean real rows (`n` rollouts of each of
     shape_prompts' prompts, padded to the bucket as a run pads them) stepped toward a `budget`-token budget. A
     static step reads its own buffer whole under a mask, so its cost depends on the buffer's span, not on how far
     into it the batch is: a few steps at each span measure it (_time_steps). Each row also records the bytes a step
     reads on average (weights, the prompts' and the bucket's own keys/values over the mean span) and its share of
-    the measured bandwidth."""
+    the measured bandwidth. Rows go into `rows_out` (a new list unless given) as each shape is timed, and `on_row`
+    (if given) is called after each, so a run stopped mid-grid keeps the shapes timed before."""
     from engine.batching import kv_bytes_per_token
     from engine.decode import Cascade, mean_own_span
 
     device = model.get_input_embeddings().weight.device
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     kv = kv_bytes_per_token(model)
-    rows_out = []
+    rows_out = [] if rows_out is None else rows_out
     for shape in shapes:
         n, budget = shape["n"], shape["budget"]
         ps = shape_prompts(prompts, shape)
@@ -131,6 +134,8 @@ def step_grid(model, prompts, shapes, token_budget, steps=12):
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         rows_out.append(row)
+        if on_row is not None:
+            on_row()
         shown = (f"{1e3 * row['seconds_per_step']:.2f} ms/step, {row['bytes_per_s'] / 1e9:.0f} GB/s read"
                  if "seconds_per_step" in row else row["error"])
         print(f"step {shape['label']:>42s}: {rows:4d} rows (bucket {shape['bucket']}) toward a {budget:5d}-token budget: "
@@ -230,6 +235,49 @@ def token_agreement(a, b) -> dict:
     return dict(rows=len(rows), rows_equal=len(rows) - len(first), median_first_difference=first[len(first) // 2] if first else None)
 
 
+def pick_shape_set(sets: dict, device_memory: int | None, name: str = "auto") -> tuple[str, str]:
+    """The set of decoding shapes (bench/gpu_shapes.json: GPU name -> its memory and shapes) for a device of
+    `device_memory` bytes (None: no CUDA device), and why: `name` when given; else the set of the largest GPU whose
+    memory the device has (within 10%: a card's total is quoted in GB or GiB, and drivers reserve some), or the
+    smallest set where the device has less than every set's GPU (some shapes may not fit), or the largest set on CPU
+    (where --tiny cuts the shapes down)."""
+    by_memory = sorted(sets, key=lambda k: sets[k]["memory_bytes"])
+    if name != "auto":
+        if name not in sets:
+            raise SystemExit(f"error: --shape-set: '{name}' is not a set of the shapes file (it holds {', '.join(by_memory)})")
+        return name, "named by --shape-set"
+    if device_memory is None:
+        return by_memory[-1], "no CUDA device: the largest set"
+    fitting = [k for k in by_memory if sets[k]["memory_bytes"] <= 1.1 * device_memory]
+    if fitting:
+        return fitting[-1], f"the largest set for {device_memory / 2**30:.1f} GiB of device memory"
+    return by_memory[0], (f"the device's {device_memory / 2**30:.1f} GiB is less than every set's GPU: the smallest "
+                          "set, whose largest shapes may not fit")
+
+
+def device_total_memory(device: str) -> int | None:
+    """Total memory of the CUDA device the check runs on (bytes, as the driver reports it); None on CPU."""
+    return torch.cuda.get_device_properties(0).total_memory if str(device).startswith("cuda") else None
+
+
+def load_shapes(path: str, arch: str, device_memory: int | None, name: str = "auto") -> tuple[list[dict], dict]:
+    """`arch`'s shapes from the set pick_shape_set chooses in the shapes file `path`, and what to record of the
+    choice."""
+    try:
+        sets = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --shapes: {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(sets, dict) or not sets or not all(isinstance(v, dict) and "memory_bytes" in v and "shapes" in v
+                                                         for v in sets.values()):
+        raise SystemExit(f"error: --shapes: {path}: not a map of GPU name -> {{memory_bytes, shapes}} "
+                         "(bench/plan_8b_bench.py --shapes-out writes it)")
+    chosen, why = pick_shape_set(sets, device_memory, name)
+    if arch not in sets[chosen]["shapes"]:
+        raise SystemExit(f"error: --shapes: {path}: set '{chosen}' holds no shapes for {arch}")
+    return sets[chosen]["shapes"][arch], dict(shape_set=chosen, shape_set_memory_gb=sets[chosen]["memory_bytes"] / 1e9,
+                                              shape_set_reason=why)
+
+
 def sync(device):
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
@@ -276,7 +324,9 @@ def main():
     ap.add_argument("--prepare-tokenizer", action="store_true",
                     help="copy the embedded SmolLM2's tokenizer into .gpu-tokenizer/ (to carry to a GPU machine) and exit")
     ap.add_argument("--shapes", default=None, help="JSON of the decoding shapes to time per step (bench/plan_8b_bench.py "
-                    "--shapes-out writes the paper profile's, per architecture)")
+                    "--shapes-out writes the paper profile's, per GPU and architecture)")
+    ap.add_argument("--shape-set", default="auto", help="which GPU's set of --shapes to time (auto: by the device's "
+                    "total memory, the largest GPU's set the device holds)")
     ap.add_argument("--parts", default="d,gen,decode,grid", help="comma-separated, of d (the D readout's prefill rate), "
                     "gen (batched generation), decode (batch 1 and large, dynamic and graph), grid (--shapes' step times)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
@@ -303,6 +353,11 @@ def main():
     if args.tiny:
         spec.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
         args.scenarios, args.orders, args.gen_prompts, args.gen_tokens = 4, 4, 4, 8
+    device_memory = device_total_memory(device)
+    shapes, chosen = None, {}
+    if args.shapes and "grid" in parts:  # read before anything is built: a wrong file stops the check at once
+        shapes, chosen = load_shapes(args.shapes, args.arch, device_memory, args.shape_set)
+        print(f"decoding shapes: the {chosen['shape_set']} set of {args.shapes} ({chosen['shape_set_reason']})", flush=True)
     tok, tokenizer_name = prompt_tokenizer(args.tokenizer)
     print(f"prompt tokenizer: {tokenizer_name} ({len(tok)} tokens)")
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
@@ -321,12 +376,27 @@ def main():
     import transformers
 
     result = dict(arch=args.arch, device=device, gpu=torch.cuda.get_device_name() if device == "cuda" else None,
+                  device_memory_gb=device_memory / 1e9 if device_memory else None,
                   torch=torch.__version__, transformers=transformers.__version__, tokenizer=tokenizer_name, params=params,
-                  dtype=str(dtype).removeprefix("torch."), matmul_tflops=rate / 1e12, parts=sorted(parts))
+                  dtype=str(dtype).removeprefix("torch."), matmul_tflops=rate / 1e12, parts=sorted(parts), parts_done=[])
+    result.update(chosen)
+
+    def save(done: str | None = None):
+        """The figures so far, written as each part (and each shape of the grid) is measured: a run stopped by its
+        time limit keeps what it measured."""
+        if done:
+            result["parts_done"].append(done)
+        if args.out:
+            tmp = Path(args.out).with_suffix(".tmp")
+            tmp.write_text(json.dumps(result, indent=2) + "\n")
+            tmp.replace(args.out)
+
+    save()
     scenarios = load_panel("gap-v1").records[: args.scenarios]
     prompts = [encode_prompt(tok, Prompt(messages=render(s, "judge_1").messages)) for s in scenarios[: args.gen_prompts]]
     if "d" in parts:
         d_readout(model, tok, scenarios, args, body, head, rate, result)
+        save("d")
     if "gen" in parts:
         t0 = time.perf_counter()
         out = generate(model, prompts, max_new_tokens=args.gen_tokens, stop_ids=frozenset(), n=9, greedy_first=True,
@@ -338,6 +408,7 @@ def main():
         gen_flops = 2 * body * (prefill + new) + 2 * head * (len(prompts) + new)
         result.update(gen_rollouts=sum(len(rs) for rs in out), gen_tokens=new, gen_seconds=secs, gen_tokens_per_s=new / secs,
                       gen_share_of_matmul=gen_flops / secs / rate)
+        save("gen")
         print(f"generation: {len(prompts)} prompts x 9 rollouts x {args.gen_tokens} tokens: {new / secs:.0f} new tokens/s; "
               f"{100 * gen_flops / secs / rate:.1f}% of the matmul rate")
     if "decode" in parts:  # decoding speed at batch 1 and at a large batch, dynamic and static shapes (CUDA graphs on CUDA).
@@ -372,36 +443,35 @@ def main():
                   f"rows equal{parted})")
         decode.Cascade._capture = capture
         result["decode"] = decode_rows
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    if args.shapes and "grid" in parts:
+        save("decode")
+    if shapes is not None:
         gc.collect()  # what the parts before held (dead batches, graphs) goes before the grid's largest shapes
         if device == "cuda":
             torch.cuda.empty_cache()
             result["allocated_gb_before_grid"] = torch.cuda.memory_allocated() / 1e9
             print(f"allocated before the grid: {result['allocated_gb_before_grid']:.1f} GB", flush=True)
-        shapes = json.loads(Path(args.shapes).read_text())[args.arch]
         if args.tiny:
             shapes = [dict(s, bucket=min(s["bucket"], 8), rows=min(s["rows"], 8), budget=min(s["budget"], 160))
                       for s in shapes[:2]]  # 3 spans
-        result["step_grid"] = step_grid(model, prompts, shapes, args.token_budget)
         result["step_grid_inference_mode"] = True  # bench/gpu_results.py trusts grid times only under inference mode
-        if args.out:
-            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        result["step_grid"] = []
+        step_grid(model, prompts, shapes, args.token_budget, rows_out=result["step_grid"], on_row=save)
+        save("grid")
         main_shape = max(shapes, key=lambda s: s["batches"] * s["budget"])  # where the plan spends most steps
         e2e = generate_per_step(model, prompts, main_shape, args.token_budget)
         grid = next((r for r in result["step_grid"] if r["label"] == main_shape["label"] and r["bucket"] == main_shape["bucket"]
                      and r["budget"] == main_shape["budget"] and "seconds_per_step" in r), None)
         e2e["loop_overhead_per_step"] = e2e["seconds_per_step"] - grid["seconds_per_step"] if grid else None
         result["generate_per_step"] = e2e
+        save("generate_per_step")
         print(f"generate at {main_shape['label']} ({e2e['rows']} rows, {main_shape['budget']} tokens each): "
               f"{1e3 * e2e['seconds_per_step']:.2f} ms/step in all"
               + (f", {1e3 * e2e['loop_overhead_per_step']:.2f} ms above the step alone" if grid else ""), flush=True)
     if device == "cuda":
         result["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
         print(f"peak memory {result['peak_memory_gb']:.1f} GB")
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    result["complete"] = True
+    save()
 
 
 if __name__ == "__main__":

@@ -274,6 +274,14 @@ def main():
     a = ap.parse_args()
     graphs_expected = a.device.startswith("cuda") and decode.CUDA_GRAPHS
     results = []
+
+    def save(complete: bool = False):  # after every check: a run stopped by its time limit keeps the checks done
+        if a.out:
+            tmp = Path(a.out).with_suffix(".tmp")
+            tmp.write_text(json.dumps(dict(device=a.device, torch=torch.__version__, complete=complete, results=results),
+                                      indent=2) + "\n")
+            tmp.replace(a.out)
+
     for name in a.families.split(","):
         lm = load_model(name, device=a.device, dtype=torch.float32)
         prompts = prompts_for(lm)
@@ -284,14 +292,14 @@ def main():
             except Exception as exc:  # recorded; the other checks still run
                 ok, detail = False, dict(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
             results.append(dict(family=name, check=check, ok=bool(ok), seconds=time.perf_counter() - t0, **detail))
+            save()
             shown = {k: v for k, v in detail.items() if k != "traceback"}
             print(f"{'PASS' if ok else 'FAIL'}  {name:12s} {check:42s} {shown}", flush=True)
         del lm
     passed = sum(r["ok"] for r in results)
     print(f"gpu_equal on {a.device} ({torch.cuda.get_device_name() if a.device.startswith('cuda') else 'cpu'}): "
           f"{passed} of {len(results)} checks passed")
-    if a.out:
-        Path(a.out).write_text(json.dumps(dict(device=a.device, torch=torch.__version__, results=results), indent=2) + "\n")
+    save(complete=True)
     sys.exit(0 if passed == len(results) else 1)
 
 

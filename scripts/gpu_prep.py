@@ -184,13 +184,32 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
+def repository_bytes(root: Path = ROOT, leave_out=()) -> int:
+    """Bytes of the working tree that travels with every device call: the tracked files and the untracked ones git
+    does not ignore (as they are on disk), and a shared/ folder inside the checkout; files under `leave_out` (counted
+    apart) are left out."""
+    proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {root}: git ls-files failed, so the carried working tree cannot be measured: "
+                         f"{(proc.stderr.strip().splitlines() or ['no reason given'])[-1]}")
+    root = Path(root).resolve()
+    skip = [Path(p).resolve() for p in leave_out]
+    files = {root / name for name in proc.stdout.split("\0") if name}
+    if (root / "shared").is_dir():
+        files |= {f for f in (root / "shared").rglob("*") if f.is_file()}
+    return sum(f.stat().st_size for f in files
+               if f.is_file() and not f.is_symlink() and not any(f.is_relative_to(s) for s in skip))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image", choices=sorted(IMAGES), default="cuda")
     ap.add_argument("--dest", default=str(ROOT / ".whl"))
     ap.add_argument("--no-tokenizer", action="store_true", help="leave .gpu-tokenizer/ as it is")
     ap.add_argument("--limit-mib", type=float, default=LIMIT_MIB,
-                    help="refuse when the wheels and the tokenizer together exceed this (the device tool's carry limit)")
+                    help="refuse when the wheels, the tokenizer and (for the cuda image) the repository's own files "
+                         "together exceed this (the device tool's carry limit)")
     args = ap.parse_args(argv)
     image = IMAGES[args.image]()
     carried, assumed = plan_carry(ROOTS, project_specs(), lambda n: installed_requirements(n, image.python), image)
@@ -203,14 +222,21 @@ def main(argv=None):
     if not args.no_tokenizer:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--prepare-tokenizer"], check=True)
     tokenizer = ROOT / ".gpu-tokenizer"
-    total = sum(w.stat().st_size for w in wheels) + (0 if args.no_tokenizer else folder_bytes(tokenizer))
+    sizes = {"wheels": sum(w.stat().st_size for w in wheels)}
+    if not args.no_tokenizer:
+        sizes["tokenizer"] = folder_bytes(tokenizer)
+    if args.image == "cuda":  # what travels with the device call: the repository's own files too
+        sizes["repository"] = repository_bytes(ROOT, leave_out=(dest, tokenizer))
+    total = sum(sizes.values())
     (dest / "carried.json").write_text(json.dumps(
         dict(image=args.image, python=image.python, machine=platform.machine(), assumed=assumed,
              carried={n: dict(version=v, reason=r) for n, (v, r) in sorted(carried.items())},
-             wheels=[w.name for w in wheels], bytes=total), indent=2) + "\n")
-    print(f"{len(wheels)} wheels in {dest}{'' if args.no_tokenizer else ' and the tokenizer'}: {total / 2**20:.1f} MiB")
+             wheels=[w.name for w in wheels], bytes=total, bytes_by_part=sizes), indent=2) + "\n")
+    parts = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in sizes.items())
+    print(f"{len(wheels)} wheels in {dest}; to carry: {parts}; {total / 2**20:.1f} MiB in all")
     if total > args.limit_mib * 2**20:
-        raise SystemExit(f"error: {dest}: {total / 2**20:.1f} MiB to carry, over the {args.limit_mib:g} MiB limit")
+        raise SystemExit(f"error: {dest}: {total / 2**20:.1f} MiB to carry ({parts}), over the device tool's "
+                         f"{args.limit_mib:g} MiB limit (--limit-mib)")
     if args.image == "cuda":
         print("carry with the device call: .whl .gpu-tokenizer; then run bash scripts/gpu_check.sh")
 

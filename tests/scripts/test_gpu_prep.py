@@ -77,6 +77,47 @@ def test_the_h200_plan_carries_transformers_and_not_what_the_image_holds_in_rang
         assert held_in_range not in carried
 
 
+def test_the_carried_working_tree_counts_tracked_and_untracked_files_not_ignored(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text(".whl/\nbig.bin\n")  # 14 bytes
+    (repo / "tracked.py").write_bytes(b"x" * 1000)
+    subprocess.run(["git", "-C", str(repo), "add", ".gitignore", "tracked.py"], check=True)
+    (repo / "untracked.txt").write_bytes(b"y" * 200)  # not ignored: it travels
+    (repo / "big.bin").write_bytes(b"z" * 5000)  # ignored: it stays
+    (repo / ".whl").mkdir()
+    (repo / ".whl" / "a.whl").write_bytes(b"w" * 3000)  # ignored, and counted apart as the wheels
+    (repo / "shared").mkdir()
+    (repo / "shared" / "notes.md").write_bytes(b"s" * 40)
+    assert gpu_prep.repository_bytes(repo) == 14 + 1000 + 200 + 40
+    assert gpu_prep.repository_bytes(repo, leave_out=(repo / "shared",)) == 14 + 1000 + 200
+    assert gpu_prep.repository_bytes(ROOT) > 2**20  # this checkout's own files
+
+
+def test_gpu_prep_refuses_when_the_repository_and_the_wheels_together_exceed_the_limit(tmp_path, monkeypatch, capsys):
+    """The device tool's limit holds the whole working tree: wheels that fit alone are refused when the repository's
+    own files take them over, in one line naming each part."""
+    def planted_download(carried, image, dest):
+        dest.mkdir(parents=True, exist_ok=True)
+        wheel = dest / "planted-1.0-py3-none-any.whl"
+        wheel.write_bytes(b"0" * 2**20)
+        return [wheel]
+
+    monkeypatch.setattr(gpu_prep, "download", planted_download)
+    repository = gpu_prep.repository_bytes(ROOT) / 2**20
+    dest = tmp_path / "whl"
+    with pytest.raises(SystemExit) as exc:
+        gpu_prep.main(["--dest", str(dest), "--no-tokenizer", "--limit-mib", f"{1 + repository / 2:.1f}"])
+    message = str(exc.value)
+    assert message.startswith(f"error: {dest}:") and "\n" not in message
+    assert "wheels 1.0 MiB" in message and f"repository {repository:.1f} MiB" in message
+    gpu_prep.main(["--dest", str(dest), "--no-tokenizer", "--limit-mib", f"{2 + repository:.1f}"])
+    carried = json.loads((dest / "carried.json").read_text())
+    assert carried["bytes_by_part"]["wheels"] == 2**20 and carried["bytes_by_part"]["repository"] > 2**20
+    assert carried["bytes"] == sum(carried["bytes_by_part"].values())
+
+
 def _torch_only_venv(tmp_path: Path) -> Path:
     """A new venv whose only packages beyond pip are torch and what torch requires, linked from this checkout's
     .venv through a .pth (copying torch would take a minute)."""
@@ -118,15 +159,26 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     from engine import embedded
 
     tokenizer = embedded.ensure_smollm2()
+    # One architecture leaves room under the 540 s the limits must add up to for a slower CPU's parts.
     env.update(PYTHON=str(python), WHEELS=str(BARE_WHEELS), SITE=str(tmp_path / "site"), OUT=str(tmp_path),
-               ARCH="llama3", FAMILIES="tiny-llama3", DRAW_SHAPES="2x1500")
+               ARCH="llama3", FAMILIES="tiny-llama3", DRAW_SHAPES="2x1500", SETUP_SECONDS="120", EQUAL_SECONDS="120",
+               DRAW_SECONDS="60", ARCH_SECONDS="180")
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--tokenizer", str(tokenizer)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    # The script's own log, in the output folder: everything it printed, each part's stdout and stderr.
+    log = (tmp_path / "gpu_check.log").read_text()
+    assert log.startswith("time limits: ") and "under 540 s" in log.splitlines()[0]
+    assert all(line in log for line in proc.stdout.splitlines() + proc.stderr.splitlines())
+    for part in ("gpu_equal", "draw_bench", "gpu_check llama3", "gpu_results"):
+        assert f"part {part}: done in " in log, log[-3000:]
+    assert "gpu_equal on cpu (cpu): 7 of 7 checks passed" in log and "D readout:" in log
     assert f"prompt tokenizer: {tokenizer}" in proc.stdout
     assert "D readout:" in proc.stdout and "decode batch 1, static shapes" in proc.stdout
     result = json.loads((tmp_path / "gpu_check_llama3.json").read_text())
     assert result["d_probes"] == 32 and len(result["decode"]) == 4
+    assert result["complete"] and result["parts_done"] == ["d", "gen", "decode", "grid", "generate_per_step"]
+    assert result["shape_set"] == "h200" and result["shape_set_reason"] == "no CUDA device: the largest set"
     assert all(row["greedy_equal_to_dynamic"] and row["rows_equal"] == row["rows"]
                for row in result["decode"] if "greedy_equal_to_dynamic" in row)
     assert result["step_grid"] and all(row["seconds_per_step"] > 0 for row in result["step_grid"])
@@ -136,9 +188,10 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     draws = json.loads((tmp_path / "draw_bench.json").read_text())["draws"]
     assert [(d["rows"], d["vocab"]) for d in draws] == [(2, 1500)] and draws[0]["blocks_ms"] > 0
     equal = json.loads((tmp_path / "gpu_equal.json").read_text())  # the graph path's checks, eager on CPU
-    assert len(equal["results"]) == 7 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
+    assert equal["complete"] and len(equal["results"]) == 7 and all(r["ok"] and r["family"] == "tiny-llama3" for r in equal["results"])
 
     # Without the wheels the same venv is refused in one line naming what it lacks.
     env.update(WHEELS=str(tmp_path / "no-wheels"))
     bare = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert bare.returncode == 2 and "cannot import torch and transformers" in bare.stderr
+    assert "cannot import torch and transformers" in (tmp_path / "gpu_check.log").read_text()

@@ -17,6 +17,36 @@ def test_gpu_check_runs_on_a_tiny_config(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "D readout:" in proc.stdout and "generation:" in proc.stdout
     assert '"d_probes": 32' in out.read_text() and '"gen_share_of_matmul"' in out.read_text()
+    result = __import__("json").loads(out.read_text())
+    assert result["complete"] and result["parts_done"] == ["d", "gen", "decode"]
+
+
+@pytest.mark.heavy
+def test_gpu_check_stopped_mid_run_keeps_the_figures_of_the_parts_before(tmp_path):
+    """Stopped as a time limit stops it (SIGTERM) once the generation part has printed, during the decode part: the
+    JSON holds the D readout's and generation's figures, and says which parts finished."""
+    import json
+    import signal
+
+    out = tmp_path / "gpu.json"
+    proc = subprocess.Popen([sys.executable, "scripts/gpu_check.py", "--tiny", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("generation:"):
+                proc.send_signal(signal.SIGTERM)
+                break
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert any(line.startswith("generation:") for line in seen), "".join(seen)[-2000:]
+    assert proc.returncode == -signal.SIGTERM
+    result = json.loads(out.read_text())
+    assert result["parts_done"] == ["d", "gen"] and not result.get("complete")
+    assert result["d_probes"] == 32 and result["gen_tokens"] > 0 and "decode" not in result
 
 
 def test_token_agreement_counts_equal_rows_and_where_the_others_part():
@@ -32,6 +62,27 @@ def test_token_agreement_counts_equal_rows_and_where_the_others_part():
     b = [[r(1, 2, 3), r(4, 0, 6)], [r(0, 8, 9)]]
     assert gpu_check.token_agreement(a, b) == dict(rows=3, rows_equal=1, median_first_difference=1)
     assert gpu_check.token_agreement(a, a) == dict(rows=3, rows_equal=3, median_first_difference=None)
+
+
+def test_gpu_check_sh_limits_fit_a_device_call(tmp_path):
+    """The parts' time limits, start-up and kill grace included, add up to under 9 minutes (a device call stops at 10),
+    for the default architectures; limits that add up to more are refused in one line before anything runs."""
+    import re
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_SECONDS") and k not in ("ARCH", "OUT")}
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--limits"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    total = int(re.match(r"time limits: (\d+) s in all, under 540 s \(", proc.stdout).group(1))
+    assert total < 540 and "x 2 (llama3 olmo3)" in proc.stdout
+    parts = [int(x) for x in re.findall(r"(\d+) s", proc.stdout.split("(", 1)[1])]
+    setup, equal, draw, arch, results, grace = parts
+    assert setup + equal + draw + 2 * arch + results + 6 * grace == total
+    over = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, env={**env, "ARCH_SECONDS": "300", "OUT": str(tmp_path)},
+                          capture_output=True, text=True)
+    assert over.returncode == 2 and len(over.stderr.strip().splitlines()) == 1
+    assert over.stderr.startswith("error: time limits: ") and "not under 540 s" in over.stderr and "ARCH_SECONDS" in over.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu_check.log"]  # refused before any part ran; the log says why
+    assert (tmp_path / "gpu_check.log").read_text() == over.stderr
 
 
 def test_shell_scripts_parse():
