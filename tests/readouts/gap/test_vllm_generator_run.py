@@ -69,3 +69,25 @@ def test_a_stopped_run_resumes_on_a_restarted_server(profile, tmp_path):
     assert manifest["complete"] and manifest["last_session"]["computed_chunks"] == 1
     assert manifest["generator"]["requests"]["sent"] > 0
     assert (path / "vllm-server.log").is_file()
+
+
+def test_sampled_texts_are_the_same_when_the_run_is_sharded(served_server, profile, tmp_path, monkeypatch):
+    """The whole run, then its two shards merged, each asking vLLM afresh (another rollout cache): every J text,
+    greedy and sampled, is the same (on this CPU vLLM's seeded draws do not depend on the batch they ran in)."""
+    import engine.vllm_generation as vg
+    from readouts.driver import merge_run
+
+    generation = Generation("vllm", served_server.url, SERVED_NAME)
+    caches = iter([tmp_path / "cache-whole", tmp_path / "cache-shards", tmp_path / "cache-shards"])
+    monkeypatch.setattr(vg, "ReplyCache", lambda _root, real=vg.ReplyCache: real(next(caches)))
+    whole, _ = gap_run(tmp_path, "whole", model="smollm2-135m", readouts="J", profile=profile, generation=generation)
+    for k in range(2):
+        gap_run(tmp_path, "sharded", model="smollm2-135m", readouts="J", profile=profile, generation=generation,
+                shard=(k, 2))
+    merged = merge_run(tmp_path / "sharded", log=lambda _line: None)
+    key = ["probe_id"]
+    a = pd.read_parquet(whole / "probes.parquet").query("readout == 'J'").sort_values(key)
+    b = pd.read_parquet(merged / "probes.parquet").query("readout == 'J'").sort_values(key)
+    assert len(a) == len(b) > 0 and (a.rollout > 0).any()
+    assert a.generated_text.tolist() == b.generated_text.tolist()
+
