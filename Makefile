@@ -75,6 +75,7 @@ bench:
 	$(PY) bench/d_readout_bench.py --options 4 --name d_readout_bench_4_options --out bench/results
 	$(PY) bench/stats_bench.py --out bench/results
 	$(PY) bench/gen_bench.py --out bench/results
+	$(PY) bench/vllm_gen_bench.py --out bench/results
 	$(PY) bench/draw_bench.py --out bench/results
 	$(PY) bench/plan_bench.py --out bench/results
 	$(PY) bench/plan_8b_bench.py --out bench/results
