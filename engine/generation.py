@@ -124,12 +124,7 @@ def generate(
     rollouts, before the next batch decodes: the caller can read the batch's rows there, on `row_kv` while it holds
     them, and `row_kv.release` them, so that the rows' caches hold one batch at a time.
     """
-    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-    if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
-        raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("a prompt has no tokens")
-    leaders = _check_ties(length_of, len(prompts))
+    budgets, leaders = checked_request(prompts, max_new_tokens, n, length_of)
     device = model.get_input_embeddings().weight.device
     bounds = batch_bounds(model, device, token_budget, max_rows)
     token_budget, max_rows, cascade = bounds.token_budget, bounds.max_rows, bounds.cascade
@@ -172,6 +167,17 @@ def _static(asked: bool | None, cascade: bool, device) -> bool:
         log.warning("decoding with dynamic shapes: this model runs on the dense fallback, which has no static path")
         return False
     return wanted
+
+
+def checked_request(prompts, max_new_tokens, n: int, length_of) -> tuple[list[int], list[int | None]]:
+    """A generation request's budgets (one per prompt) and ties (`_check_ties`); ValueError for a budget or `n`
+    below 1 or an empty prompt. Shared by every generator (engine/vllm_generation.py too)."""
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
+        raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("a prompt has no tokens")
+    return budgets, _check_ties(length_of, len(prompts))
 
 
 def _check_ties(length_of, count: int) -> list[int | None]:

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from engine.generation import Rollout
+from engine.generation import Rollout, checked_request
 from engine.sampling import derive_seed
 from engine.served_client import SEEDED_PREFILL_CRASH, Client, ClientSettings, ReplyCache, ServedError
 
@@ -76,14 +76,7 @@ class VllmGenerator:
         unknown = set(engine_only) - NOT_APPLICABLE
         if unknown:
             raise TypeError(f"VllmGenerator: unexpected arguments {sorted(unknown)}")
-        budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        if len(budgets) != len(prompts) or min(budgets, default=1) < 1 or n < 1:
-            raise ValueError("max_new_tokens (one per prompt, or one for all) and n must be >= 1")
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("a prompt has no tokens")
-        from engine.generation import _check_ties
-
-        leaders = _check_ties(length_of, len(prompts))
+        budgets, leaders = checked_request(prompts, max_new_tokens, n, length_of)
         seeds = list(seeds) if seeds is not None else [0] * len(prompts)
         follow: dict[int, list[int]] = {}
         for i, k in enumerate(leaders):
