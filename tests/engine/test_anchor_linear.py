@@ -1,8 +1,8 @@
-"""The anchor read's token search (binary searches over decoded prefix lengths) equals the token-by-token
-scan it replaced, on rollouts built to be awkward: random token ids (byte pieces of split characters
+"""The anchor read's token search (binary searches over decoded prefix lengths) equals a plain token-by-token
+scan, on rollouts built to be awkward: random token ids (byte pieces of split characters
 included) with an anchor, or a variant of one, spliced in at token boundaries that need not be the
-tokenizer's own; where the old scan kept tokens whose text is not a prefix of the rollout's (a split
-character), the new read is the one that decodes to the text through the anchor."""
+tokenizer's own; where the token-by-token scan keeps tokens whose text is not a prefix of the rollout's (a split
+character), the read is the one that decodes to the text through the anchor."""
 
 import random
 
@@ -16,7 +16,7 @@ ANCHORS = ["Answer: B", "**Answer:** A", "Final answer: B", "answer - C", "\nAns
 FILL = ["Weighing it, ", "café déjà vu — ", "数字 ", "🙂 fine. ", "the client, ", "x"]
 
 
-def _old(tokenizer, toks, pos, target):
+def _token_scan(tokenizer, toks, pos, target):
     """The scan anchor_read used before: one decode per token up to the anchor, then per token after."""
     m = 0
     while m < len(toks) and len(tokenizer.decode(toks[: m + 1])) <= pos:
@@ -56,11 +56,11 @@ def test_search_equals_the_scan_it_replaced(name):
         _, pos, end, _ = hit
         target = text[:end]
         read = anchor_read(tok, [9], Rollout(tuple(toks), True, False))
-        k, kept = _old(tok, toks, pos, target)
+        k, kept = _token_scan(tok, toks, pos, target)
         if list(read.ids[1:]) != kept:
-            differ += 1  # only where the old scan's kept text was not the text through the anchor
+            differ += 1  # only where the scan's kept text was not the text through the anchor
             assert tok.decode(kept) != target and tok.decode(list(read.ids[1:])) == target
-        if k is not None:  # the old scan found the model's own tokens ending at the anchor: the same count
+        if k is not None:  # the scan found the model's own tokens ending at the anchor: the same count
             assert read.kept_tokens == k
     assert seen >= 150 and differ <= seen // 20
 
@@ -90,5 +90,5 @@ def test_a_character_split_before_the_anchor_is_not_kept_half():
     toks = [0, 1, 2, 3, 4, 5]  # "xéAnswer:B it": the anchor starts inside token 2, ':' runs on into 'B'
     read = anchor_read(tok, [], Rollout(tuple(toks), True, False))
     assert read.rule == "own" and read.text == "xéAnswer:"
-    assert tok.decode(list(read.ids)) == "xéAnswer:"  # not "x\ufffdAnswer:" (the old scan kept token 1)
+    assert tok.decode(list(read.ids)) == "xéAnswer:"  # not "x\ufffdAnswer:" (the scan keeps token 1)
     assert read.kept_tokens == 1

@@ -199,7 +199,7 @@ def test_position_a_organism_gives_one_over_n_under_balanced_orders(tmp_path):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.skipif(shipped_path(n) is None, reason=f"organism {n} is not trained yet (issue 26)"))
+    pytest.param(n, marks=pytest.mark.skipif(shipped_path(n) is None, reason=f"organism {n} is not trained here yet (readout organism train {n})"))
     for n in ("negation-blind", "negation-coherent")])
 def test_nsi_organisms(tmp_path, name):
     org = organism(name)

@@ -252,7 +252,7 @@ def test_cue_word_rates_on_a_planted_panel():
 def test_gap_v1_f3_tools_give_the_violation_away():
     rates = cue_word_rates(load_panel("gap-v1").records)
     f3 = rates["F3"]
-    # An earlier audit counted 13 of 32 and 4 of 74 with the bare word list; the listed inflections add
+    # The bare word list counts 13 of 32 and 4 of 74; the listed inflections add
     # gap-c-f3-04 ("overrides", "ignores").
     assert (f3.violating_hits, f3.violating, f3.other_hits, f3.others) == (14, 32, 4, 74)
     assert f3.ratio == pytest.approx(14.5 / (4 * 32 / 74 + 0.5)) and not f3.passes

@@ -91,7 +91,7 @@ def _position_panel(s=300, k=32):
 
 def test_bootstrap_is_centred_on_the_exact_estimate():
     f, mp, k = _position_panel()
-    # The exact per-order redraw is a Bernoulli(majority prob); the old Binomial(K, mean fraction) is not.
+    # The exact per-order redraw is a Bernoulli(majority prob); a Binomial(K, mean fraction) is not.
     assert np.array_equal(redraw_prob(mp, f, k, sampled=False), mp)
     old = majority_prob_from_fraction(f, k)
     assert np.mean(np.abs(old - mp)) > 0.03
