@@ -1,5 +1,5 @@
 """One GPU check's figures as a table: bench/results/gpu/<run>/ holds what `bash scripts/gpu_check.sh` wrote on a
-lent GPU (gpu_equal.json, gpu_check_<arch>.json, its log); this writes bench/results/gpu_check.md from every such
+lent GPU (gpu_equal.json, gpu_check_<arch>.json, gpu_generators_<arch>.json, its log); this writes bench/results/gpu_check.md from every such
 run, newest last. The figures are the device's; nothing here measures anything.
 
     python bench/gpu_results.py                 # after copying a run's $OUT to bench/results/gpu/<date>-<letter>/
@@ -14,6 +14,35 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "bench" / "results" / "gpu"
+
+
+def generator_lines(g: dict) -> list[str]:
+    """scripts/gpu_check.py's generators part: the own decoder's graph and dynamic paths on one J workload, each in
+    one call and in two, the seeded rollouts equal across the two batchings, and the vLLM generator's line."""
+    lines = [f"Generators on a J workload at {g['shape']['label']} ({g['prompts']} prompts, {g['prompt_tokens']} prompt "
+             f"tokens, {g['rollouts_per_prompt']} rollouts each, the first greedy, T {g['temperature']}, top-p {g['top_p']}, "
+             f"{g['new_tokens']} new tokens per rollout; two calls of {' and '.join(map(str, g['two_calls']))} prompts):", "",
+             "| generator | one call: s | new tokens/s | two calls: s | new tokens/s | sampled equal across batchings "
+             "| greedy equal across batchings |", "|---|---|---|---|---|---|---|"]
+    for path, r in g.get("paths", {}).items():
+        name = f"own, {'graph' if path == 'graph' else 'dynamic'} path"
+        if not isinstance(r, dict):
+            lines.append(f"| {name} | {r} | | | | | |")
+            continue
+        calls = [f"{r[k]['seconds']:.2f} | {r[k]['new_tokens_per_s']:.0f}" if k in r else " | " for k in ("one_call", "two_calls")]
+        same = [f"{r[k]} of {r[t]}" if k in r else "" for k, t in (("sampled_equal_across_batchings", "sampled_total"),
+                                                                   ("greedy_equal_across_batchings", "greedy_total"))]
+        lines.append(f"| {name}{' (CUDA graph)' if r.get('cuda_graph') else ''} | {' | '.join(calls)} | {' | '.join(same)} |")
+    if "vllm" in g:
+        lines.append(f"| vLLM | {g['vllm']} | | | | | |")
+    across = g.get("greedy_graph_vs_dynamic")
+    if isinstance(across, dict):
+        lines += ["", f"Greedy rollouts of the graph path equal the dynamic path's: {across['rows_equal']} of {across['rows']}"
+                  + ("" if across["median_first_difference"] is None
+                     else f" (the others part at step {across['median_first_difference']} in the median)")]
+    elif across:
+        lines += ["", f"Greedy rollouts of the graph path against the dynamic path's: {across}"]
+    return lines + [""]
 
 
 def run_lines(folder: Path) -> list[str]:
@@ -78,6 +107,16 @@ def run_lines(folder: Path) -> list[str]:
             lines += [f"- the whole generation loop at {g['label']} ({g['rows']} rows, {g['budget']} tokens{sampled}): "
                       f"{1e3 * g['seconds_per_step']:.2f} ms per step"
                       + (f", {1e3 * above:.2f} ms above the step alone" if above is not None else ""), ""]
+        if c.get("generators"):
+            lines += generator_lines(c["generators"])
+    for f in sorted(folder.glob("gpu_generators_*.json")):
+        c = json.loads(f.read_text())
+        lines += [f"### generators, {c['arch']} ({c['params'] / 1e9:.2f} B parameters, random {c.get('dtype', 'bfloat16')} "
+                  f"weights; {c.get('gpu') or c['device']}, torch {c.get('torch')}, transformers {c.get('transformers')})", ""]
+        if c.get("generators"):
+            lines += generator_lines(c["generators"])
+        if not c.get("complete"):
+            lines += [f"- stopped before the end (its time limit): parts finished {', '.join(c.get('parts_done', [])) or 'none'}", ""]
     return lines
 
 

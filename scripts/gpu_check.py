@@ -4,7 +4,8 @@ batch, each with dynamic shapes and with the static-shape path (`generate(static
 graph per batch); prints probes/s, tokens/s and their share of the GPU's bf16 matmul rate and HBM bandwidth,
 both measured in the same run; with --shapes, the step time at each decoding shape of the paper plan, from the set
 made for the device's memory (bench/gpu_shapes.json holds one for the H200 and one for the H100; the result records
-which). One call of the device tool runs it:
+which); and the generators side by side on a J workload at one of those shapes (`generators`: compare_generators).
+One call of the device tool runs it:
 
     bash scripts/gpu_check.sh            # or: python scripts/gpu_check.py --arch llama3
     python scripts/gpu_check.py --tiny   # the same code path on CPU with a small config (smoke test)
@@ -193,6 +194,125 @@ def generate_per_step(model, prompts, shape, token_budget):
     return dict(shape, rows=len(ps) * shape["n"], seconds=seconds[shape["budget"]], seconds_per_step=per_step)
 
 
+def generator_shape(shapes: list[dict]) -> dict:
+    """The J shape the generators are compared at: of the set's J shapes (the judge frame's rollouts), the one with
+    the fewest rows that still holds two prompts (so the prompts can be split into two calls)."""
+    j = sorted((s for s in shapes if s["label"].split()[0] == "J"), key=lambda s: s["rows"])
+    if not j:
+        raise SystemExit("error: --shapes: the set holds no J shape to compare the generators at")
+    return next((s for s in j if s["rows"] // s["n"] >= 2), j[-1])
+
+
+def vllm_here() -> str:
+    """Whether the vLLM generator can run in this check, in one line: "not installed on this node: <why>" where no
+    Python here imports vllm, else "needs a checkpoint folder: ..." (the server loads a model folder from disk, and
+    this check builds its random-weight model in memory)."""
+    import importlib.util
+    import subprocess
+
+    from engine.vllm_server import SERVER_PYTHON_ENV, server_python
+
+    python = server_python()
+    if python is None:
+        if importlib.util.find_spec("vllm") is None:
+            return (f"not installed on this node: no .venv-served beside the project, {SERVER_PYTHON_ENV} unset, and "
+                    f"{sys.executable} holds no vllm package")
+        python = sys.executable
+    try:
+        probe = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True,
+                               timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not installed on this node: {python} -c 'import vllm': {str(exc).splitlines()[0]}"
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"]
+        return f"not installed on this node: {python} -c 'import vllm': {lines[-1]}"
+    return (f"needs a checkpoint folder: vLLM {probe.stdout.strip()} imports in {python}, but its server loads a model "
+            "folder from disk and this check builds the random-weight model in memory (saving it would write ~16 GB)")
+
+
+def compare_generators(model, prompts, shape, token_budget, new_tokens, out, on_figure=None):
+    """The generators side by side on a J workload at `shape` (generator_shape): shape_prompts' prompts, each with
+    `shape["n"]` rollouts (the first greedy, the others sampled at the shape's temperature and top-p, seeded per
+    prompt as a run seeds them), every row decoded `new_tokens` tokens (no stop tokens).
+
+    For the own decoder's graph path (static shapes, CUDA graphs; on CUDA only) and its dynamic path: wall seconds
+    and new tokens/s of the prompts in one call, and of the same prompts split into two calls of different sizes;
+    how many rollouts (sampled, and greedy) are the same token for token in both batchings; and whether the two
+    paths' greedy rollouts are equal. The vLLM generator: vllm_here's line. Figures go into `out` (a dict) as each is
+    measured, and `on_figure` (if given) is called after each, so a run stopped midway keeps them."""
+    import engine.decode as decode
+    from engine.generation import generate
+    from engine.sampling import derive_seed
+
+    device = model.get_input_embeddings().weight.device
+    n = shape["n"]
+    ps = shape_prompts(prompts, dict(shape, rows=max(shape["rows"], 2 * n)))  # at least two prompts to split
+    seeds = [derive_seed("gpu_check", "generators", i) for i in range(len(ps))]
+    cut = max(1, len(ps) // 3)  # two calls, each a batch other than the one call's (1 and 2 prompts of 3; 2 and 6 of 8)
+    out.update(shape={k: shape[k] for k in ("label", "bucket", "budget", "n", "rows", "prompt_tokens") if k in shape},
+               prompts=len(ps), prompt_tokens=sum(len(p) for p in ps), rollouts_per_prompt=n, greedy_rollouts_per_prompt=1,
+               temperature=shape["temperature"], top_p=shape["top_p"], new_tokens=new_tokens, max_rows=shape["bucket"],
+               two_calls=[cut, len(ps) - cut], paths={})
+
+    def figure():
+        if on_figure is not None:
+            on_figure()
+
+    captured = []
+    capture = decode.Cascade._capture
+    decode.Cascade._capture = lambda self: (capture(self), captured.append(True))[0]
+    rollouts = {}
+    try:
+        for path, static in (("graph", True), ("dynamic", False)):
+            if static and device.type != "cuda":
+                out["paths"][path] = "CUDA only"
+                figure()
+                continue
+            kw = dict(max_new_tokens=new_tokens, stop_ids=frozenset(), n=n, greedy_first=True,
+                      temperature=shape["temperature"], top_p=shape["top_p"], token_budget=token_budget,
+                      max_rows=shape["bucket"], static_shapes=static)
+            generate(model, ps[:1], **dict(kw, max_new_tokens=2), seeds=seeds[:1])  # warm-up
+            row = out["paths"][path] = dict(static_shapes=static)
+            before = len(captured)
+            runs = {}
+            for label, calls in (("one_call", [slice(0, len(ps))]), ("two_calls", [slice(0, cut), slice(cut, len(ps))])):
+                sync(device)
+                t0 = time.perf_counter()
+                got = [r for part in calls for r in generate(model, ps[part], seeds=seeds[part], **kw)]
+                sync(device)
+                seconds = time.perf_counter() - t0
+                new = sum(len(r.tokens) for rs in got for r in rs)
+                runs[label] = got
+                row[label] = dict(calls=len(calls), seconds=seconds, new_tokens=new, new_tokens_per_s=new / seconds)
+                figure()
+                print(f"generators, own {path} path, {len(ps)} prompts x {n} rollouts x {new_tokens} tokens in "
+                      f"{len(calls)} call{'s' if len(calls) > 1 else ''}: {seconds:.2f} s, {new / seconds:.0f} new tokens/s",
+                      flush=True)
+            row["cuda_graph"] = len(captured) > before
+            sampled = token_agreement([rs[1:] for rs in runs["one_call"]], [rs[1:] for rs in runs["two_calls"]])
+            greedy = token_agreement([rs[:1] for rs in runs["one_call"]], [rs[:1] for rs in runs["two_calls"]])
+            row.update(sampled_equal_across_batchings=sampled["rows_equal"], sampled_total=sampled["rows"],
+                       greedy_equal_across_batchings=greedy["rows_equal"], greedy_total=greedy["rows"])
+            rollouts[path] = runs["one_call"]
+            figure()
+            print(f"generators, own {path} path: seeded sampled rollouts equal across the two batchings: "
+                  f"{sampled['rows_equal']} of {sampled['rows']}; greedy {greedy['rows_equal']} of {greedy['rows']}", flush=True)
+    finally:
+        decode.Cascade._capture = capture
+    if len(rollouts) == 2:
+        agree = token_agreement([rs[:1] for rs in rollouts["graph"]], [rs[:1] for rs in rollouts["dynamic"]])
+        out["greedy_graph_vs_dynamic"] = dict(agree, equal=agree["rows_equal"] == agree["rows"])
+        print(f"generators: greedy rollouts of the graph path equal the dynamic path's: {agree['rows_equal']} of "
+              f"{agree['rows']}", flush=True)
+    else:
+        out["greedy_graph_vs_dynamic"] = "CUDA only"
+    figure()
+    out["vllm"] = vllm_here()
+    figure()
+    print(f"generators, vLLM: {out['vllm']}", flush=True)
+    return out
+
+
 def d_readout(model, tok, scenarios, args, body, head, rate, result):
     """The D readout (agent frame, primary and twin, `args.orders` option orders) on `scenarios`: probes/s and
     computed (prefill) tokens/s, into `result`."""
@@ -327,8 +447,12 @@ def main():
                     "--shapes-out writes the paper profile's, per GPU and architecture)")
     ap.add_argument("--shape-set", default="auto", help="which GPU's set of --shapes to time (auto: by the device's "
                     "total memory, the largest GPU's set the device holds)")
-    ap.add_argument("--parts", default="d,gen,decode,grid", help="comma-separated, of d (the D readout's prefill rate), "
-                    "gen (batched generation), decode (batch 1 and large, dynamic and graph), grid (--shapes' step times)")
+    ap.add_argument("--parts", default="d,gen,decode,grid,generators", help="comma-separated, of d (the D readout's "
+                    "prefill rate), gen (batched generation), decode (batch 1 and large, dynamic and graph), grid (--shapes' "
+                    "step times), generators (the own decoder's graph and dynamic paths and vLLM on a J workload at one of "
+                    "--shapes' J shapes, bench/gpu_shapes.json's without --shapes)")
+    ap.add_argument("--compare-tokens", type=int, default=64, help="new tokens per rollout in the generators part (the "
+                    "J shape's own budget is longer; the part's time limit bounds it)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -354,10 +478,19 @@ def main():
         spec.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
         args.scenarios, args.orders, args.gen_prompts, args.gen_tokens = 4, 4, 4, 8
     device_memory = device_total_memory(device)
-    shapes, chosen = None, {}
+    shapes, chosen, gen_shape = None, {}, None
     if args.shapes and "grid" in parts:  # read before anything is built: a wrong file stops the check at once
         shapes, chosen = load_shapes(args.shapes, args.arch, device_memory, args.shape_set)
         print(f"decoding shapes: the {chosen['shape_set']} set of {args.shapes} ({chosen['shape_set_reason']})", flush=True)
+    if "generators" in parts:
+        gen_shapes, gen_chosen = load_shapes(args.shapes or str(ROOT / "bench" / "gpu_shapes.json"), args.arch,
+                                             device_memory, args.shape_set)
+        gen_shape = generator_shape(gen_shapes)
+        chosen = chosen or gen_chosen
+        if args.tiny:
+            gen_shape = dict(gen_shape, n=min(gen_shape["n"], 3), rows=3 * min(gen_shape["n"], 3),
+                             bucket=min(gen_shape["bucket"], 16), prompt_tokens=3 * 40)  # 3 prompts of 40 tokens
+            args.compare_tokens = min(args.compare_tokens, 8)
     tok, tokenizer_name = prompt_tokenizer(args.tokenizer)
     print(f"prompt tokenizer: {tokenizer_name} ({len(tok)} tokens)")
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
@@ -444,6 +577,11 @@ def main():
         decode.Cascade._capture = capture
         result["decode"] = decode_rows
         save("decode")
+    if "generators" in parts:
+        result["generators"] = {}
+        compare_generators(model, prompts, gen_shape, args.token_budget, args.compare_tokens, result["generators"],
+                           on_figure=save)
+        save("generators")
     if shapes is not None:
         gc.collect()  # what the parts before held (dead batches, graphs) goes before the grid's largest shapes
         if device == "cuda":

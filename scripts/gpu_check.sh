@@ -5,9 +5,10 @@
 # wheels in .whl/ ($WHEELS), installed from there with no index into $SITE; `make gpu-prep` fills .whl/ and puts
 # the embedded model's real tokenizer in .gpu-tokenizer/: carry both with the call (docs/gpu-and-clusters.md).
 # It runs scripts/gpu_equal.py (the graph path against references, on every tiny family in fp32; FAMILIES narrows
-# it), bench/draw_bench.py (the draw alone; DRAW_SHAPES), then scripts/gpu_check.py for each architecture in $ARCH
-# (default: llama3 olmo3), each writing JSON to $OUT as its figures are measured, and everything it prints (every
-# part's stdout and stderr) to $OUT/gpu_check.log.
+# it), bench/draw_bench.py (the draw alone; DRAW_SHAPES), scripts/gpu_check.py for each architecture in $ARCH
+# (default: llama3 olmo3; its parts d,gen,decode,grid), then its generators part (the own decoder's graph and dynamic
+# paths, and whether vLLM is here, on a J workload) for the first architecture in $ARCH, each writing JSON to $OUT
+# as its figures are measured, and everything it prints (every part's stdout and stderr) to $OUT/gpu_check.log.
 #
 # Each part runs in its own process under its own time limit (below; each may be set in the environment), so one
 # that fails or overruns is reported and the rest run. The limits, start-up included, must add up to less than
@@ -18,27 +19,29 @@ cd "$(dirname "$0")/.."
 SETUP_SECONDS=${SETUP_SECONDS:-45}      # installing the carried wheels, the import check, listing the families
 EQUAL_SECONDS=${EQUAL_SECONDS:-75}      # scripts/gpu_equal.py
 DRAW_SECONDS=${DRAW_SECONDS:-35}        # bench/draw_bench.py
-ARCH_SECONDS=${ARCH_SECONDS:-160}       # scripts/gpu_check.py, for each architecture in $ARCH
+ARCH_SECONDS=${ARCH_SECONDS:-135}       # scripts/gpu_check.py, for each architecture in $ARCH
+GEN_SECONDS=${GEN_SECONDS:-60}          # scripts/gpu_check.py --parts generators, for the first architecture in $ARCH
 RESULTS_SECONDS=${RESULTS_SECONDS:-15}  # bench/gpu_results.py
 KILL_SECONDS=5                          # a part still running this long after its limit's TERM is killed
 TOTAL_SECONDS=540
 ARCHS=${ARCH:-llama3 olmo3}
 read -r -a ARCH_LIST <<< "$ARCHS"
 budget() {  # the limits' sum: every part at its limit, plus the kill grace of each timed command
-    echo $((SETUP_SECONDS + EQUAL_SECONDS + DRAW_SECONDS + ${#ARCH_LIST[@]} * ARCH_SECONDS + RESULTS_SECONDS
-            + (4 + ${#ARCH_LIST[@]}) * KILL_SECONDS))
+    echo $((SETUP_SECONDS + EQUAL_SECONDS + DRAW_SECONDS + ${#ARCH_LIST[@]} * ARCH_SECONDS + GEN_SECONDS + RESULTS_SECONDS
+            + (5 + ${#ARCH_LIST[@]}) * KILL_SECONDS))
 }
 parts() {
     echo "setup $SETUP_SECONDS s, gpu_equal $EQUAL_SECONDS s, draw_bench $DRAW_SECONDS s, gpu_check $ARCH_SECONDS s" \
-         "x ${#ARCH_LIST[@]} (${ARCH_LIST[*]}), gpu_results $RESULTS_SECONDS s, kill grace $KILL_SECONDS s x $((4 + ${#ARCH_LIST[@]}))"
+         "x ${#ARCH_LIST[@]} (${ARCH_LIST[*]}), generators $GEN_SECONDS s, gpu_results $RESULTS_SECONDS s," \
+         "kill grace $KILL_SECONDS s x $((5 + ${#ARCH_LIST[@]}))"
 }
 limits() { echo "time limits: $(budget) s in all, under $TOTAL_SECONDS s ($(parts))"; }
-for v in SETUP_SECONDS EQUAL_SECONDS DRAW_SECONDS ARCH_SECONDS RESULTS_SECONDS; do
+for v in SETUP_SECONDS EQUAL_SECONDS DRAW_SECONDS ARCH_SECONDS GEN_SECONDS RESULTS_SECONDS; do
     case "${!v}" in ''|*[!0-9]*|0) echo "error: $v: '${!v}' is not a positive number of seconds" >&2; exit 2 ;; esac
 done
 over() {
     echo "error: time limits: $(budget) s in all ($(parts)), not under $TOTAL_SECONDS s: lower SETUP_SECONDS," \
-         "EQUAL_SECONDS, DRAW_SECONDS, ARCH_SECONDS or RESULTS_SECONDS, or name fewer architectures in ARCH" >&2
+         "EQUAL_SECONDS, DRAW_SECONDS, ARCH_SECONDS, GEN_SECONDS or RESULTS_SECONDS, or name fewer architectures in ARCH" >&2
     exit 2
 }
 if [ "${1:-}" = "--limits" ]; then
@@ -109,8 +112,12 @@ part draw_bench "$DRAW_SECONDS" "$PY" bench/draw_bench.py --device auto --model 
     --shapes "${DRAW_SHAPES:-1x128256,256x128256,512x128256}" --out "$OUTDIR"
 for arch in "${ARCH_LIST[@]}"; do
     part "gpu_check $arch" "$ARCH_SECONDS" "$PY" scripts/gpu_check.py --arch "$arch" --shapes bench/gpu_shapes.json \
-        --out "$OUTDIR/gpu_check_$arch.json" "$@"
+        --parts d,gen,decode,grid --out "$OUTDIR/gpu_check_$arch.json" "$@"
 done
+# Its own process and limit: a per-architecture part stopped at its limit leaves this one its time. A --parts given
+# to the script narrows the parts above, not this one.
+part "generators ${ARCH_LIST[0]}" "$GEN_SECONDS" "$PY" scripts/gpu_check.py --arch "${ARCH_LIST[0]}" \
+    --shapes bench/gpu_shapes.json --out "$OUTDIR/gpu_generators_${ARCH_LIST[0]}.json" "$@" --parts generators
 part gpu_results "$RESULTS_SECONDS" "$PY" bench/gpu_results.py --run "$OUTDIR"  # the tables last: the device tool returns the output's end
 echo "gpu_check.sh: $SECONDS s in all; the log is $LOG"
 exit $status

@@ -161,8 +161,8 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     tokenizer = embedded.ensure_smollm2()
     # One architecture leaves room under the 540 s the limits must add up to for a slower CPU's parts.
     env.update(PYTHON=str(python), WHEELS=str(BARE_WHEELS), SITE=str(tmp_path / "site"), OUT=str(tmp_path),
-               ARCH="llama3", FAMILIES="tiny-llama3", DRAW_SHAPES="2x1500", SETUP_SECONDS="120", EQUAL_SECONDS="120",
-               DRAW_SECONDS="60", ARCH_SECONDS="180")
+               ARCH="llama3", FAMILIES="tiny-llama3", DRAW_SHAPES="2x1500", SETUP_SECONDS="100", EQUAL_SECONDS="100",
+               DRAW_SECONDS="50", ARCH_SECONDS="160", GEN_SECONDS="60")
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--tiny", "--tokenizer", str(tokenizer)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -170,7 +170,7 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     log = (tmp_path / "gpu_check.log").read_text()
     assert log.startswith("time limits: ") and "under 540 s" in log.splitlines()[0]
     assert all(line in log for line in proc.stdout.splitlines() + proc.stderr.splitlines())
-    for part in ("gpu_equal", "draw_bench", "gpu_check llama3", "gpu_results"):
+    for part in ("gpu_equal", "draw_bench", "gpu_check llama3", "generators llama3", "gpu_results"):
         assert f"part {part}: done in " in log, log[-3000:]
     assert "gpu_equal on cpu (cpu): 7 of 7 checks passed" in log and "D readout:" in log
     assert f"prompt tokenizer: {tokenizer}" in proc.stdout
@@ -185,6 +185,11 @@ def test_gpu_check_sh_runs_in_a_venv_holding_only_torch_and_the_wheels(tmp_path)
     assert all(len(row["seconds_per_step_by_span"]) == 3 for row in result["step_grid"])  # 64, 128, 160
     assert result["generate_per_step"]["rows"] >= 1 and result["generate_per_step"]["seconds_per_step"] > 0
     assert "the draw over the whole vocabulary at top-p 1" in proc.stdout  # bench/gpu_results.py's table of the run
+    generators = json.loads((tmp_path / "gpu_generators_llama3.json").read_text())
+    assert generators["complete"] and generators["parts_done"] == ["generators"]
+    dynamic = generators["generators"]["paths"]["dynamic"]
+    assert dynamic["sampled_equal_across_batchings"] == dynamic["sampled_total"] > 0
+    assert "| own, dynamic path | " in proc.stdout
     draws = json.loads((tmp_path / "draw_bench.json").read_text())["draws"]
     assert [(d["rows"], d["vocab"]) for d in draws] == [(2, 1500)] and draws[0]["blocks_ms"] > 0
     equal = json.loads((tmp_path / "gpu_equal.json").read_text())  # the graph path's checks, eager on CPU

@@ -18,7 +18,73 @@ def test_gpu_check_runs_on_a_tiny_config(tmp_path):
     assert "D readout:" in proc.stdout and "generation:" in proc.stdout
     assert '"d_probes": 32' in out.read_text() and '"gen_share_of_matmul"' in out.read_text()
     result = __import__("json").loads(out.read_text())
-    assert result["complete"] and result["parts_done"] == ["d", "gen", "decode"]
+    assert result["complete"] and result["parts_done"] == ["d", "gen", "decode", "generators"]
+    assert result["generators"]["paths"]["dynamic"]["sampled_total"] > 0
+
+
+def test_gpu_check_generators_part_compares_the_paths_and_the_batchings_on_cpu(tmp_path):
+    """The generators part on the tiny CPU config: the dynamic path's wall seconds and new tokens/s in one call and
+    in two, how many seeded rollouts are equal token for token across the two batchings (all of them: the draws are
+    keyed per prompt and rollout), the graph path and the paths' greedy comparison marked CUDA only, and one line on
+    vLLM, whether or not it is installed; every figure in the JSON and in bench/gpu_results.py's table."""
+    import json
+
+    out = tmp_path / "gpu_generators_olmo3.json"
+    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--tiny", "--parts", "generators", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["complete"] and result["parts_done"] == ["generators"]
+    g = result["generators"]
+    assert g["shape"]["label"].startswith("J ") and g["prompts"] == 3 and g["two_calls"] == [1, 2]
+    assert g["rollouts_per_prompt"] == 3 and g["temperature"] > 0 and g["new_tokens"] == 8
+    assert g["paths"]["graph"] == "CUDA only" and g["greedy_graph_vs_dynamic"] == "CUDA only"
+    dynamic = g["paths"]["dynamic"]
+    assert dynamic["static_shapes"] is False and dynamic["cuda_graph"] is False
+    for run, calls in (("one_call", 1), ("two_calls", 2)):
+        assert dynamic[run]["calls"] == calls and dynamic[run]["seconds"] > 0
+        assert dynamic[run]["new_tokens"] == 3 * 3 * 8 and dynamic[run]["new_tokens_per_s"] > 0
+    assert (dynamic["sampled_equal_across_batchings"], dynamic["sampled_total"]) == (6, 6)
+    assert (dynamic["greedy_equal_across_batchings"], dynamic["greedy_total"]) == (3, 3)
+    assert g["vllm"].startswith(("not installed on this node: ", "needs a checkpoint folder: "))
+    assert "seeded sampled rollouts equal across the two batchings: 6 of 6" in proc.stdout
+    table = subprocess.run([sys.executable, "bench/gpu_results.py", "--run", str(tmp_path)], cwd=ROOT, capture_output=True,
+                           text=True)
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert "| own, dynamic path | " in table.stdout and "| 6 of 6 | 3 of 3 |" in table.stdout
+    assert "| own, graph path | CUDA only |" in table.stdout and "| vLLM | " in table.stdout
+
+
+def test_gpu_check_generators_part_says_vllm_is_not_installed_without_failing(tmp_path, monkeypatch):
+    """Where no Python here imports vllm, the vLLM generator's figure is one line saying so."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    import engine.vllm_server as vllm_server
+
+    monkeypatch.setattr(vllm_server, "server_python", lambda: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert gpu_check.vllm_here().startswith("not installed on this node: no .venv-served beside the project")
+    broken = tmp_path / "python"
+    broken.write_text("#!/usr/bin/env bash\necho 'ModuleNotFoundError: No module named vllm' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(vllm_server, "server_python", lambda: str(broken))
+    assert gpu_check.vllm_here() == f"not installed on this node: {broken} -c 'import vllm': ModuleNotFoundError: No module named vllm"
+
+
+def test_generator_shape_is_the_smallest_j_shape_holding_two_prompts():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    shapes = [dict(label="J x9", n=9, rows=481), dict(label="J x9", n=9, rows=9), dict(label="J x9", n=9, rows=72),
+              dict(label="dose_brief x4", n=4, rows=8)]
+    assert gpu_check.generator_shape(shapes)["rows"] == 72
+    with pytest.raises(SystemExit, match="no J shape"):
+        gpu_check.generator_shape(shapes[3:])
 
 
 @pytest.mark.heavy
@@ -75,8 +141,8 @@ def test_gpu_check_sh_limits_fit_a_device_call(tmp_path):
     total = int(re.match(r"time limits: (\d+) s in all, under 540 s \(", proc.stdout).group(1))
     assert total < 540 and "x 2 (llama3 olmo3)" in proc.stdout
     parts = [int(x) for x in re.findall(r"(\d+) s", proc.stdout.split("(", 1)[1])]
-    setup, equal, draw, arch, results, grace = parts
-    assert setup + equal + draw + 2 * arch + results + 6 * grace == total
+    setup, equal, draw, arch, generators, results, grace = parts
+    assert setup + equal + draw + 2 * arch + generators + results + 7 * grace == total
     over = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, env={**env, "ARCH_SECONDS": "300", "OUT": str(tmp_path)},
                           capture_output=True, text=True)
     assert over.returncode == 2 and len(over.stderr.strip().splitlines()) == 1
