@@ -151,3 +151,19 @@ def test_a_smollm2_lens_beats_the_logit_lens_on_held_out_scenarios(tmp_path, cap
     assert tuned.mean() < 0.7 * logit.mean(), (logit, tuned)
     assert (tuned < logit).mean() >= 0.9, (logit, tuned)
     assert f"{29:>5}" in out
+
+
+def test_the_lens_trains_on_the_recorded_training_part_and_reports_the_read_positions(lens_file):
+    """gap-v2 has a recorded split: the lens trains on read prompts of `train` scenarios only, is measured on the
+    `validation` slice (never `held-out`), and records its KL at the measured prompts' read positions per depth."""
+    from engine.tuned_lens import TunedLens
+    from panels.split import load_split
+
+    meta = TunedLens.load(lens_file).meta
+    split = load_split("gap-v2")
+    assert meta["panel"]["split"].startswith("recorded split")
+    assert meta["panel"]["train"] and set(meta["panel"]["train"]) <= set(split.ids("train"))
+    assert meta["panel"]["held_out"] and set(meta["panel"]["held_out"]) <= set(split.ids("validation"))
+    depths = len(meta["held_out_kl"]["logit"])
+    assert len(meta["read_position_kl"]["logit"]) == len(meta["read_position_kl"]["tuned"]) == depths
+    assert meta["read_positions"] == 4 * len(meta["panel"]["held_out"])  # two frames x primary and twin
