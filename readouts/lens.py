@@ -16,6 +16,7 @@ import random
 import time
 from dataclasses import dataclass
 
+from contract.names import DEPTH_CELLS
 from engine.errors import ReadoutError
 from readouts.manifest import file_sha256
 
@@ -26,7 +27,8 @@ EVAL_STRIDE = 4
 TRAIN_STRIDE = 4
 """The lens trains on every TRAIN_STRIDE-th position of each prompt and on its read position (the streams of every
 position of every prompt would take gigabytes: positions x depths x hidden)."""
-READ_CELLS = ("primary", "twin")
+READ_CELLS = DEPTH_CELLS[:2]
+"""The cells whose read prompts the lens trains on: the primary and its twin (the pair E compares)."""
 
 
 @dataclass(frozen=True)

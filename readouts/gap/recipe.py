@@ -17,8 +17,7 @@ from contract.readouts import FIRST_TOKEN, READOUTS, ReadoutSpec
 from contract.tables import NO_BOUND, PAIRED_TOKENS, PROMPT_TEXT
 from engine.anchor import anchor_read, find_anchor
 from engine.errors import ReadoutError
-from engine.generation import generate as engine_generate
-from engine.generation import stop_token_ids
+from engine.generation import generate, stop_token_ids
 from engine.render import encode_prompt
 from engine.rowcache import RowCaches
 from engine.sampling import derive_seed
@@ -144,8 +143,9 @@ class GapRunner:
         """Also read depth.parquet and patching.parquet (readouts/gap/depth.py)."""
         self.lens = lens
         """A tuned lens (engine.tuned_lens.TunedLens) the depth rows are also read through, or None."""
-        self.generate = generate or engine_generate
-        """What draws the rollouts: the own decoder, or a generator with its signature (engine/vllm_generation.py)."""
+        self.drawer = generate
+        """What draws the rollouts, with engine.generation.generate's signature (a vLLM generator:
+        engine/vllm_generation.py); None: the own decoder."""
         self.tok = lm.tokenizer
         self.stop = stop_token_ids(self.tok, lm.model)
         self.timings: dict[str, float] = {}
@@ -267,7 +267,7 @@ class GapRunner:
                 self._known.release(prompts[i] for i in flat)
 
             shapes = []
-            self.generate(
+            (self.drawer or generate)(
                 self.lm.model, prompts, max_new_tokens=[getattr(self.profile, job[2].budget) for job in part],
                 stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
                 top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,

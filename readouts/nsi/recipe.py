@@ -14,8 +14,7 @@ from contract.metadata import METADATA, encode_metadata
 from contract.names import FRAMINGS
 from contract.tables import NO_BOUND
 from engine.errors import ReadoutError
-from engine.generation import generate as engine_generate
-from engine.generation import stop_token_ids
+from engine.generation import generate, stop_token_ids
 from engine.letters import LetterTokens, word_start_tokens
 from engine.render import Prompt, encode_prompt
 from engine.sampling import derive_seed
@@ -55,8 +54,9 @@ class NsiRunner:
     """Replies and continuous reads for a chunk of dilemmas."""
 
     def __init__(self, lm, profile: NsiProfile, seed: int, model_name: str, words, bar=None, generate=None):
-        self.generate = generate or engine_generate
-        """What draws the replies: the own decoder, or a generator with its signature (engine/vllm_generation.py)."""
+        self.drawer = generate
+        """What draws the replies, with engine.generation.generate's signature (a vLLM generator:
+        engine/vllm_generation.py); None: the own decoder."""
         self.lm, self.profile, self.seed, self.model_name, self.bar = lm, profile, seed, model_name, bar
         self.tok = lm.tokenizer
         self.stop = stop_token_ids(self.tok, lm.model)
@@ -85,7 +85,7 @@ class NsiRunner:
         prompts = [tuple(encode_prompt(self.tok, Prompt(messages=p.messages))) for _, _, p in cells]
         n = 1 + self.profile.samples
         shapes = []
-        rollouts = self.generate(
+        rollouts = (self.drawer or generate)(
             self.lm.model, prompts, max_new_tokens=self.profile.budget, stop_ids=self.stop, n=n, greedy_first=True,
             temperature=self.profile.temperature, top_p=self.profile.top_p, pad_id=self.lm.pad_id,
             seeds=[derive_seed(self.seed, d.id, f) for d, f, _ in cells],

@@ -229,6 +229,12 @@ NOT_RUN = {
                                                                           "(windows run on tiny models in tests/readouts/test_window.py)",
     ".venv/bin/readout run --model llama-3.1-8b --profile paper --quantize 4bit": "bitsandbytes 4-bit needs CUDA",
     ".venv/bin/readout run --model olmo-3-7b --device-map auto": "one model over several GPUs",
+    ".venv/bin/readout run --model olmo-3-7b --profile paper --generator vllm": "a 7B model at the paper's settings: a GPU "
+        "node (the generator runs on SmolLM2 in tests/readouts/gap/test_vllm_generator_run.py)",
+    ".venv/bin/readout run --model olmo-3-7b --generator vllm --generator-url http://127.0.0.1:8000/v1 --generator-model olmo":
+        "a 7B model on a vLLM server of the user's (a pointed-at server runs in tests/readouts/gap/test_vllm_generator_run.py)",
+    ".venv/bin/readout nsi --model olmo-3-7b --profile paper --generator vllm": "a 7B model at the paper's settings: a GPU "
+        "node (NSI replies drawn by vLLM on SmolLM2 in tests/readouts/nsi/test_vllm_replies.py)",
     "torchrun --nproc_per_node 8 .venv/bin/readout run --model olmo-3-7b --profile paper --out runs/olmo/paper":
         "eight processes, one per GPU",
     "accelerate launch --multi_gpu --num_processes 8 .venv/bin/readout run --model olmo-3-7b --profile paper --out runs/olmo/paper":
