@@ -139,7 +139,7 @@ class ServerSettings:
     def manifest(self) -> dict:
         return {"dtype": self.dtype, "device": self.device, "prefix_caching": True,
                 "chunked_prefill": self.chunked_prefill, "batch_invariant": self.batch_invariant,
-                **({"adapter": self.adapter} if self.adapter else {})}
+                **({"lora_module": True} if self.adapter else {})}  # the adapter's fingerprint is the model's fact
 
 
 class VllmServer:

@@ -120,3 +120,35 @@ def test_seeded_requests_past_one_prefill_chunk_are_answered(served_server, tmp_
     gen = generator(served_server, tmp_path, concurrency=12)
     out = gen(None, prompts, max_new_tokens=8, stop_ids=frozenset(), temperature=1.0, seeds=list(range(12)))
     assert all(len(rs[0].tokens) == 8 for rs in out) and gen.client.sent == 12
+
+
+def test_an_adapter_is_served_as_the_model_the_run_reads(tmp_path):
+    """With a --peft adapter (the shipped `gap` organism on SmolLM2) the server the generator starts answers with the
+    adapter applied: its greedy texts are the merged model's (up to a near-tie), not the base model's."""
+    from engine.loading import load_model
+    from engine.vllm_generation import close_generator, start_generator
+    from organisms import shipped_path
+
+    lm = load_model("smollm2-135m", device="cpu", dtype="float32", adapter=str(shipped_path("gap")))
+    base = get_model("smollm2-135m")
+    prompts = judge_prompts(lm, 8)
+    stops = stop_token_ids(lm.tokenizer, lm.model)
+    own = generate(lm.model, prompts, max_new_tokens=24, stop_ids=stops, pad_id=lm.pad_id)
+    plain = generate(base.model, prompts, max_new_tokens=24, stop_ids=stops, pad_id=base.pad_id)
+    gen = start_generator(lm, log=str(tmp_path / "server.log"))
+    gen.client.cache.root = tmp_path / "rollouts"
+    try:
+        drawn = gen(lm.model, prompts, max_new_tokens=24, stop_ids=stops)
+    finally:
+        close_generator(gen)
+    assert [r[0].tokens for r in own] != [r[0].tokens for r in plain]  # the adapter changes the texts
+    parted = 0
+    for p, (a,), (b,) in zip(prompts, own, drawn):
+        t = first_difference(a.tokens, b.tokens)
+        if t is not None:
+            with torch.no_grad():
+                logits = lm.model(input_ids=torch.tensor([list(p) + list(a.tokens[:t])])).logits[0, -1].float()
+            top = logits.topk(2).values
+            assert float(top[0] - top[1]) < NEAR_TIE
+            parted += 1
+    assert parted <= 1 and gen.spec.identity["adapter"]["organism"] == "gap"
