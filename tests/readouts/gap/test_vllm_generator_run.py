@@ -92,3 +92,36 @@ def test_sampled_texts_are_the_same_when_the_run_is_sharded(served_server, profi
     assert len(a) == len(b) > 0 and (a.rollout > 0).any()
     assert a.generated_text.tolist() == b.generated_text.tolist()
 
+
+
+def test_a_server_gone_mid_run_stops_it_in_one_line_and_the_same_command_resumes(served_server, profile, tmp_path,
+                                                                                 monkeypatch):
+    """A vLLM server the run is pointed at goes away after 6 rollouts: the run stops with one line saying the
+    finished requests are cached; given the same command once the server is back, it completes without asking
+    again for any rollout it had received."""
+    import engine.vllm_generation as vg
+    from engine.served_client import ServedError
+    from tests.served_helpers import FaultProxy
+
+    monkeypatch.setattr(vg, "ReplyCache", lambda _root, real=vg.ReplyCache: real(tmp_path / "rollouts"))  # nothing drawn yet
+    proxy = FaultProxy(served_server.port)
+
+    class DownAfter(dict):  # the proxy stops forwarding once 6 rollouts have come back through it
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            if sum(self.values()) >= 6:
+                proxy.down = True
+
+    proxy.forwarded = DownAfter()
+    generation = Generation("vllm", f"http://127.0.0.1:{proxy.port}/v1", SERVED_NAME)
+    try:
+        with pytest.raises(ServedError) as err:
+            gap_run(tmp_path, model="smollm2-135m", readouts="J", profile=profile, generation=generation)
+        message = str(err.value)
+        assert "\n" not in message and "finished requests are cached: the same command resumes" in message
+        proxy.down = False
+        path, _ = gap_run(tmp_path, model="smollm2-135m", readouts="J", profile=profile, generation=generation)
+    finally:
+        proxy.close()
+    assert pd.read_json(path / "manifest.json", typ="series")["complete"]
+    assert max(proxy.forwarded.values()) == 1, "a rollout was asked for twice"
