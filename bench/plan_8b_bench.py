@@ -23,11 +23,12 @@ from transformers import AutoConfig  # noqa: E402
 
 from engine.decode import bucket  # noqa: E402
 from engine.loading import load_tokenizer_config  # noqa: E402
+from readouts import vllm_plan  # noqa: E402
 from readouts.chunks import WINDOW_DEFAULT, windows  # noqa: E402
 from readouts.driver import ModelOptions, RunOptions, _resolve  # noqa: E402
 from readouts.gap.study import GapStudy  # noqa: E402
 from readouts.nsi.study import NsiStudy  # noqa: E402
-from readouts.plan import GPUS, gpu_batch_bounds, model_size, plan_lines, plan_table  # noqa: E402
+from readouts.plan import GPUS, gpu_batch_bounds, head_copy_of, model_size, plan_lines, plan_table  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(_spec)
@@ -48,7 +49,11 @@ def plan(study_name: str, arch: str, gpu: str, window: int):
     header = (f"plan: {arch} architecture (SmolLM2's tokenizer) on {panel}, profile paper, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     rows = plan_table(stages, size, gpu)
-    return rows, plan_lines(rows, size, gpu, header), job.profile
+    server = vllm_plan.server_for(gpu, size, head_copy_of(config, size))
+    drawn = plan_table(stages, size, gpu, lambda st, sz, dev: vllm_plan.vllm_estimate(st, sz, dev, server))
+    lines = plan_lines(rows, size, gpu, header)
+    lines += ["", "with --generator vllm:", *plan_lines(drawn, size, gpu, header, vllm_plan.server_line(server))[3:]]
+    return rows, lines, job.profile, drawn[-1]
 
 
 def shapes(rows: list[dict], profile) -> list[dict]:
@@ -129,10 +134,11 @@ def main() -> None:
     for study_name in a.studies.split(","):
         for arch in gpu_check.ARCHS:
             for window in (int(w) for w in a.windows.split(",")):
-                rows, lines, profile = plan(study_name, arch, a.gpu, window)
+                rows, lines, profile, drawn = plan(study_name, arch, a.gpu, window)
                 total = rows[-1]
                 entry = {"study": study_name, "arch": arch, "window": window, "total_s": total["total_s"],
-                         "decode_s": total["decode_s"], "prefill_s": total["prefill_s"], "reread_s": total["reread_s"]}
+                         "decode_s": total["decode_s"], "prefill_s": total["prefill_s"], "reread_s": total["reread_s"],
+                         "vllm": {k: drawn[k] for k in ("total_s", "decode_s", "prefill_s", "reread_s")}}
                 if study_name == "gap-v2" and window == max(int(w) for w in a.windows.split(",")):
                     grid[arch] = shapes(rows, profile)
                 if arch in measured and study_name == "gap-v2":
@@ -144,9 +150,11 @@ def main() -> None:
                 result["plans"].append(entry)
                 sections += [f"## {study_name}, {arch}, window {window}", "", "```", *lines, "```", ""]
                 print("\n".join(lines), "\n")
-    md += ["| study | architecture | window | decode | re-read | total |", "|---|---|---|---|---|---|"]
+    md += ["| study | architecture | window | decode | re-read | total | total, vLLM generator (decode, prefill + re-read) |",
+           "|---|---|---|---|---|---|---|"]
     md += [f"| {p['study']} | {p['arch']} | {p['window']} | {p['decode_s'] / 60:.1f} min | {p['reread_s'] / 60:.1f} min "
-           f"| **{p['total_s'] / 60:.1f} min** |" for p in result["plans"]]
+           f"| **{p['total_s'] / 60:.1f} min** | **{p['vllm']['total_s'] / 60:.1f} min** ({p['vllm']['decode_s'] / 60:.1f}, "
+           f"{(p['vllm']['prefill_s'] + p['vllm']['reread_s']) / 60:.1f}) |" for p in result["plans"]]
     if measured:
         md += ["", f"From one GPU run's figures ({a.measured}/gpu_check_<arch>.json, scripts/gpu_check.py --shapes): each "
                "batch steps its budget at the measured step time of its shape plus the loop's measured overhead; reads "
@@ -168,7 +176,7 @@ def main() -> None:
                 continue
             sets = {}
             for arch in gpu_check.ARCHS:
-                rows, _, profile = plan("gap-v2", arch, gpu, largest)
+                rows, _, profile, _ = plan("gap-v2", arch, gpu, largest)
                 sets[arch] = shapes(rows, profile)
             write_shapes(Path(a.shapes_out), gpu, sets)
 

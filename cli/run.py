@@ -36,8 +36,6 @@ def start(study, model: ModelOptions, run: dict, panel: str | None, plan: str | 
     options = RunOptions(model=model, panel=panel, **run)
     if model.served is not None and options.generation.engine != "own":
         raise ReadoutError("--generator: a served model draws its own replies; the generator is for a local checkpoint")
-    if plan is not None and options.generation.engine != "own":
-        raise ReadoutError("--plan: estimates the own decoder's generation; a vLLM generator's time is not estimated")
     if plan is not None and model.served is not None:
         from readouts.served_plan import served_plan_lines
 
@@ -47,8 +45,8 @@ def start(study, model: ModelOptions, run: dict, panel: str | None, plan: str | 
     if plan is not None:
         from readouts.plan import plan_lines
 
-        rows, size, header = plan_run(study, options, plan)
-        for line in plan_lines(rows, size, plan, header):
+        rows, size, header, generator = plan_run(study, options, plan)
+        for line in plan_lines(rows, size, plan, header, generator):
             click.echo(line)
         return
     run_study(study, options, log=lambda line: click.echo(line, err=True), result=click.echo)

@@ -114,12 +114,17 @@ def usable_memory(model, device: torch.device) -> int:
     earlier stages and other processes move): batch limits derived from it are the same for a single-process
     run, its shards and a resumed run, so their batches, and bf16 results, are too. A batch that does not fit
     after all (another process on the GPU) is halved and retried."""
+    return usable_bytes(*device_memory(model, device))
+
+
+def device_memory(model, device: torch.device) -> tuple[int, int, int]:
+    """(total bytes of CUDA `device`, bytes of `model`'s weights on it, bytes of its fp32 head copy there)."""
     from engine.head import head_copy_bytes
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).total_memory
     weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type == "cuda" and p.device.index == index)
-    return usable_bytes(total, weights, head_copy_bytes(model, torch.device("cuda", index)))
+    return total, weights, head_copy_bytes(model, torch.device("cuda", index))
 
 
 def cache_token_limit(model, device: torch.device, budget: int, longest: int = 1) -> int:

@@ -27,6 +27,10 @@ from engine.generation import Rollout, checked_request
 from engine.sampling import derive_seed
 from engine.served_client import SEEDED_PREFILL_CRASH, Client, ClientSettings, ReplyCache, ServedError
 
+CONCURRENCY = {"cpu": 64, "cuda": 1024}
+"""Requests a generator keeps in flight, by the device of the run: on a GPU, vLLM's own limit of running sequences
+on an H100 or H200 (`max_num_seqs`' default for its API server, vLLM 0.32), so the server can batch as wide as the
+own decoder does; on the CPU, fewer (its server runs at most 128)."""
 GROUP_PROMPTS = 64
 """Prompts whose rollouts are asked for before the caller reads them (`on_rollouts`): the server batches every
 request in flight, so this bounds only what the caller holds between reads."""
@@ -44,7 +48,7 @@ class GeneratorSpec:
     model: str
     identity: dict
     """What the drawn texts depend on besides the request (recorded; keys the cache)."""
-    concurrency: int = 64
+    concurrency: int = CONCURRENCY["cpu"]
     cache: str | None = None
 
 
@@ -175,6 +179,7 @@ def start_generator(lm, url: str | None = None, model: str | None = None, log: s
     from engine.vllm_server import ServerSettings, VllmServer, check_servable, installed_version
 
     facts = lm.facts
+    on_gpu = str(facts.device).startswith("cuda")
     server = None
     identity = {"checkpoint": facts.hf_id or facts.name, "revision": facts.revision,
                 **({"weights_fingerprint": facts.weights_fingerprint} if facts.source == "local" else {}),
@@ -184,7 +189,8 @@ def start_generator(lm, url: str | None = None, model: str | None = None, log: s
         adapter = (facts.adapter or {}).get("path")
         settings = ServerSettings(model_dir=facts.path, name=LOCAL_NAME, dtype=facts.dtype.removeprefix("torch."),
                                   device=facts.device, max_model_len=min(lm.max_positions or SERVER_MAX_LEN, SERVER_MAX_LEN),
-                                  adapter=adapter, adapter_rank=_adapter_rank(adapter))
+                                  adapter=adapter, adapter_rank=_adapter_rank(adapter),
+                                  memory_share=_memory_share(lm.model, facts.device) if on_gpu else None)
         server = VllmServer(settings, log=log)
         url, model = server.url, LOCAL_NAME
         identity.update(vllm=installed_version(server.python), **settings.manifest())
@@ -192,7 +198,18 @@ def start_generator(lm, url: str | None = None, model: str | None = None, log: s
         raise ServedError("--generator-url: name the model the server answers to (--generator-model)")
     else:
         identity.update(served_model=model)
-    return VllmGenerator(GeneratorSpec(url=url, model=model, identity=identity), server=server)
+    concurrency = CONCURRENCY["cuda" if on_gpu else "cpu"]
+    return VllmGenerator(GeneratorSpec(url=url, model=model, identity=identity, concurrency=concurrency), server=server)
+
+
+def _memory_share(model, device: str) -> float:
+    """The `--gpu-memory-utilization` of a server beside `model` on CUDA `device` (engine.vllm_server)."""
+    import torch
+
+    from engine.batching import device_memory
+    from engine.vllm_server import gpu_memory_utilization
+
+    return gpu_memory_utilization(*device_memory(model, torch.device(device)))
 
 
 def close_generator(generator) -> None:

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.batching import CUDA_CONTEXT_RESERVE, usable_bytes
 from engine.errors import ReadoutError
 from engine.served_client import DEAD_ENGINE_SIGNS, SEEDED_PREFILL_CRASH
 
@@ -89,6 +90,26 @@ def batch_invariant_here(device: str) -> bool:
     return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
+GPU_SHARE = 0.5
+"""Share of the device memory left beside both copies of the weights (the project's own model with its fp32 head
+copy and CUDA context, engine.batching.usable_bytes; the server's weights and context) that a vLLM server started on
+the same GPU takes for its keys/values and activations; the other share stays for the own model's letter reads."""
+
+
+def server_room(total: int, weight_bytes: int, head_copy: int) -> int:
+    """Bytes a vLLM server beside the project's own model (the same checkpoint and dtype) on a GPU of `total` bytes
+    has for its keys/values and activations: GPU_SHARE of what both copies of the weights and both contexts leave."""
+    rest = usable_bytes(total, weight_bytes, head_copy) - weight_bytes - CUDA_CONTEXT_RESERVE
+    return int(GPU_SHARE * max(0, rest))
+
+
+def gpu_memory_utilization(total: int, weight_bytes: int, head_copy: int) -> float:
+    """vLLM's `--gpu-memory-utilization` for a server beside the project's own model: its weights, its context and
+    server_room, as a share of the device. Without it vLLM asks for 0.92 of the device, which the own model's weights
+    already hold in part."""
+    return (weight_bytes + CUDA_CONTEXT_RESERVE + server_room(total, weight_bytes, head_copy)) / total
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """How the server is started (each recorded in a generating run's manifest)."""
@@ -104,6 +125,8 @@ class ServerSettings:
     """A PEFT adapter folder, served as LoRA module `<name>` (the base then answers to `<name>-base`)."""
     adapter_rank: int = 8
     max_logprobs: int = 20
+    memory_share: float | None = None
+    """`--gpu-memory-utilization` (gpu_memory_utilization; None: vLLM's default, on CPU where it does not apply)."""
 
     @property
     def chunked_prefill(self) -> bool:
@@ -121,6 +144,8 @@ class ServerSettings:
                 "--host", "127.0.0.1", "--port", str(port), "--disable-log-stats"]
         if not self.chunked_prefill:
             args += ["--no-enable-chunked-prefill", "--enforce-eager"]
+        if self.memory_share is not None:
+            args += ["--gpu-memory-utilization", f"{self.memory_share:.4f}"]
         if self.adapter is not None:
             args += ["--enable-lora", "--max-lora-rank", str(self.adapter_rank), "--lora-modules",
                      f"{self.name}={self.adapter}"]
@@ -139,6 +164,7 @@ class ServerSettings:
     def manifest(self) -> dict:
         return {"dtype": self.dtype, "device": self.device, "prefix_caching": True,
                 "chunked_prefill": self.chunked_prefill, "batch_invariant": self.batch_invariant,
+                **({"gpu_memory_utilization": round(self.memory_share, 4)} if self.memory_share is not None else {}),
                 **({"lora_module": True} if self.adapter else {})}  # the adapter's fingerprint is the model's fact
 
 

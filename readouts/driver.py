@@ -158,11 +158,12 @@ def _resolve(study: Study, options: RunOptions) -> _Job:
     return _Job(study, options, profile, overrides, panel, records, seed, out)
 
 
-def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], object, str]:
+def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], object, str, str | None]:
     """`--plan`: the run's workload per stage and its estimated time on `gpu`, from the panel, the profile and
-    the model's tokenizer and config alone (no weights load). Returns (rows, model size, header line)."""
+    the model's tokenizer and config alone (no weights load); with a vLLM generator, its rollouts drawn by the server
+    (readouts/vllm_plan.py). Returns (rows, model size, header line, what a vLLM estimate assumed or None)."""
     from engine.loading import load_tokenizer_config
-    from readouts.plan import gpu_batch_bounds, model_size, plan_table
+    from readouts.plan import gpu_batch_bounds, head_copy_of, model_size, plan_table
 
     job = _resolve(study, options)
     workload = getattr(study, "workload", None)
@@ -175,7 +176,13 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     stages = workload(tokenizer, windows(job.chunks, window), job.profile, job.seed, bounds)
     header = (f"plan: {options.model.model} on {job.panel.name}, profile {job.profile.name}, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
-    return plan_table(stages, size, gpu), size, header
+    if options.generation.engine == "own":
+        return plan_table(stages, size, gpu), size, header, None
+    from readouts import vllm_plan
+
+    server = vllm_plan.server_for(gpu, size, head_copy_of(config, size))
+    timed = lambda stage, size, device: vllm_plan.vllm_estimate(stage, size, device, server)  # noqa: E731
+    return plan_table(stages, size, gpu, timed), size, header, vllm_plan.server_line(server)
 
 
 def run(study: Study, options: RunOptions, log=print, result=None) -> Path:

@@ -83,6 +83,12 @@ class StageWork:
     """Read positions (probe rows)."""
     decode_batches: list = field(default_factory=list)
     """Each decoding batch, as generate forms it: [call label, rows, distinct prompt tokens, longest budget]."""
+    requests: list = field(default_factory=list)
+    """Each `generate` call as a vLLM generator asks it (readouts/vllm_plan.py): [call label, rollouts per prompt,
+    prompt tokens of each prompt, its budget, the index of the prompt whose rollouts' lengths it follows or None]."""
+    reread_tokens_drawn: int = 0
+    """Tokens run to read letters after text drawn elsewhere (a vLLM generator: no row cache is held, so every read
+    runs its text and anchor, and the prompts run again, shared as the engine plans them)."""
 
 
 def shared_tokens(seqs) -> int:
@@ -127,14 +133,18 @@ def model_size(config, dtype_bytes: int = 2) -> ModelSize:
     return ModelSize(params, params * dtype_bytes, kv, HOST_OPS["dynamic_outside_forward"] + forward, False)
 
 
+def head_copy_of(config, size: ModelSize) -> int:
+    """Bytes of the fp32 head copy the letter reads keep beside 16-bit weights (engine.head.head_copy_bytes)."""
+    return 0 if size.weight_bytes == 4 * size.params else 4 * config.vocab_size * config.hidden_size
+
+
 def gpu_batch_bounds(config, size: ModelSize, gpu_name: str, token_budget: int | None = None) -> BatchBounds:
     """The generation batch bounds a run of this model would have on the named GPU (engine.generation.batch_bounds
     on CUDA: the default rows, half the usable memory (engine.batching.usable_bytes: beside the weights, the fp32
     copy of a 16-bit head and the CUDA context) for keys/values, the cascade backend's rows padded to their bucket)."""
     _known_gpu(gpu_name)
     default_budget, rows = DEFAULT_BOUNDS["generate"]["cuda"]
-    head_copy = 0 if size.weight_bytes == 4 * size.params else 4 * config.vocab_size * config.hidden_size
-    usable = usable_bytes(GPUS[gpu_name].memory, size.weight_bytes, head_copy)
+    usable = usable_bytes(GPUS[gpu_name].memory, size.weight_bytes, head_copy_of(config, size))
     cascade = cascade_config(config)
     return BatchBounds(token_budget or default_budget, rows, int(GENERATION_CACHE_SHARE * usable) // size.kv_bytes_per_token,
                        cascade, int(ROW_CACHE_SHARE * usable) if cascade else 0, size.kv_bytes_per_token, cascade)
@@ -163,16 +173,17 @@ def estimate(stage: StageWork, size: ModelSize, gpu: Gpu) -> dict:
             "captures": captures, "capture_s": capture}
 
 
-def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str) -> list[dict]:
-    """One row per stage (and a total row): the workload and the estimated seconds on the named GPU."""
+def plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str, timed=None) -> list[dict]:
+    """One row per stage (and a total row): the workload and the estimated seconds on the named GPU, by `timed(stage,
+    size, gpu)` (default `estimate`: the own decoder; readouts/vllm_plan.py's for a vLLM generator)."""
     _known_gpu(gpu_name)
     gpu = GPUS[gpu_name]
     rows = []
     for st in stages:
-        rows.append({**asdict(st), **estimate(st, size, gpu)})
+        rows.append({**asdict(st), **(timed or estimate)(st, size, gpu)})
     total = {"stage": "total"}
     for key in rows[0] if rows else ():
-        if key not in ("stage", "decode_batches"):
+        if key not in ("stage", "decode_batches", "requests"):
             total[key] = sum(r[key] for r in rows)
     return rows + [total]
 
@@ -199,8 +210,9 @@ def batch_lines(rows: list[dict]) -> list[str]:
     return ["decoding batches (as generate forms them under the GPU's row and key/value limits):", *lines] if lines else []
 
 
-def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) -> list[str]:
-    """The plan as printed by `--plan`."""
+def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str, generator: str | None = None) -> list[str]:
+    """The plan as printed by `--plan` (`generator`: a line saying what a vLLM estimate assumed, printed instead of
+    the own decoder's batches)."""
     gpu = GPUS[gpu_name]
     lines = [header,
              f"model: {_count(size.params)} parameters, {_count(size.weight_bytes, 'B')} in bf16, "
@@ -214,8 +226,11 @@ def plan_lines(rows: list[dict], size: ModelSize, gpu_name: str, header: str) ->
         lines.append(f"{r['stage']:<10} {r['prompts']:>8,} {r['prompt_tokens']:>11,} {r['computed_tokens']:>10,} "
                      f"{r['rollouts']:>9,} {r['generated_max']:>10,} {r['reads']:>8,} {_time(r['prefill_s']):>8} "
                      f"{_time(r['decode_s']):>8} {_time(r['reread_s']):>8} {_time(r['total_s']):>8}")
-    lines += batch_lines(rows)
     total = rows[-1] if rows else {}
+    if generator is not None:
+        return lines + [generator, "Upper bounds for generation (every rollout to its budget); times are estimates, "
+                                   "not measurements."]
+    lines += batch_lines(rows)
     lines.append("Upper bounds for generation (every rollout to its budget); times are estimates, not measurements; "
                  f"a decoding step takes at least its {size.host_ops_per_step:,} kernel launches of host time"
                  + (f"; {total['captures']:,} CUDA graph captures, {_time(total['capture_s'])} of host time in the decode "

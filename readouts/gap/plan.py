@@ -52,6 +52,9 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
         st.computed_tokens += shared_tokens(seqs)
         st.rollouts += len(part) * n
         st.generated_max += n * sum(budgets)
+        st.requests.append([label, n, [len(q) for q in seqs], budgets, list(ties)])
+        st.reread_tokens_drawn += shared_tokens(seqs) + sum(
+            n * per_row[job[2].name] * (b + ANCHOR_ALLOWANCE) for job, b in zip(part, budgets))
         for batch in plan_batches([len(q) for q in seqs], budgets, n, bounds, ties):
             room = bounds.row_cache_bytes  # the rows' caches of one batch, read and let go before the next decodes
             members = [i for u in batch for i in u]

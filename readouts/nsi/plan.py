@@ -33,6 +33,7 @@ def nsi_workload(tok, chunks, profile, prefix_ids: tuple[int, ...], bounds: Batc
         replies.generated_max += len(seqs) * n * profile.budget
         replies.reads += len(seqs) * n
         budgets = [profile.budget] * len(seqs)
+        replies.requests.append([reply_label(n), n, [len(q) for q in seqs], budgets, [None] * len(seqs)])
         for batch in plan_batches([len(q) for q in seqs], budgets, n, bounds):
             replies.decode_batches.append([reply_label(n), *batch_shape(seqs, budgets, n, [i for u in batch for i in u])])
         reads = [s + tuple(prefix_ids) for s in seqs]

@@ -126,7 +126,6 @@ def test_a_builder_that_skips_a_value_is_caught():
     (["nsi", "-m", "tiny-qwen2", "--generator", "vllm", "--generator-url", "http://127.0.0.1:1/v1"],
      "--generator-url and --generator-model go together"),
     (["run", "-m", "openai:m@http://127.0.0.1:1/v1", "--generator", "vllm"], "--generator: a served model draws its own"),
-    (["run", "-m", "tiny-qwen2", "--generator", "vllm", "--plan"], "--plan: estimates the own decoder's generation"),
     (["steer", "-m", "tiny-qwen2", "--layers", "1", "--generator", "vllm"], "No such option '--generator'"),
 ])
 def test_an_option_a_command_would_ignore_is_refused_in_one_line(argv, says, capsys, tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ def test_the_plan_is_the_run(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         for module in (loading,):
             m.setattr(module, "load_model", lambda *a, **k: pytest.fail("--plan loaded a model"))
-        rows, size, header = plan_run(GapStudy(), options, "h200")
+        rows, size, header, _ = plan_run(GapStudy(), options, "h200")
     assert "2 records in 2 chunks of 1" in header and size.params > 0
     planned = {r["stage"]: r for r in rows}
     path = run(GapStudy(), options, log=lambda _: None)
@@ -237,7 +237,7 @@ def test_the_nsi_plan_is_the_nsi_run(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         for module in (loading,):
             m.setattr(module, "load_model", lambda *a, **k: pytest.fail("--plan loaded a model"))
-        rows, size, _ = plan_run(NsiStudy(), options, "a100")
+        rows, size, _, _ = plan_run(NsiStudy(), options, "a100")
     planned = {r["stage"]: r for r in rows}
     path = run(NsiStudy(), options, log=lambda _: None)
     manifest = json.loads((path / "manifest.json").read_text())

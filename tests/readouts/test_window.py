@@ -155,9 +155,9 @@ def test_window_defaults_and_refusals(tmp_path, monkeypatch):
         run(GapStudy(), served)
     assert not (tmp_path / "s").exists() and not (tmp_path / "v").exists()
     options = RunOptions(model=ModelOptions("tiny-llama3"), profile=PROFILE.name, progress=False)
-    _, _, header = plan_run(GapStudy(), options, "h200")
+    _, _, header, _ = plan_run(GapStudy(), options, "h200")
     assert f"decoded {WINDOW_DEFAULT['cuda']} chunks at a time" in header
-    _, _, header = plan_run(GapStudy(), dataclasses.replace(options, window=2), "h200")
+    _, _, header, _ = plan_run(GapStudy(), dataclasses.replace(options, window=2), "h200")
     assert "4 records in 4 chunks of 1, decoded 2 chunks at a time" in header
     result = CliRunner().invoke(cli, ["run", "--model", "tiny-llama3", "--window", "0", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "--window" in result.output

@@ -254,7 +254,7 @@ def test_plan_counts_the_reads_the_grid_makes(steer_run, monkeypatch):
 
     monkeypatch.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
     study = SteerStudy(settings=SETTINGS)
-    rows, _, _ = plan_run(study, options(steer_run.parent / "plan"), "h200")
+    rows, _, _, _ = plan_run(study, options(steer_run.parent / "plan"), "h200")
     by = {r["stage"]: r for r in rows}
     table = pd.read_parquet(steer_run / "steering.parquet")
     assert by["D"]["reads"] + by["J0"]["reads"] + by["control"]["reads"] == (table.direction == UNSTEERED).sum()
