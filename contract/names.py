@@ -66,7 +66,8 @@ measured values; organisms/); a run that merges such an adapter records its orga
 
 
 DEPTH_GROUP = "depth"
-"""The `--readouts` token that turns on the depth tables (depth.parquet, patching.parquet) on the first-token reads."""
+"""The `--readouts` token that turns on the depth tables (depth.parquet, patching.parquet, patch_grid.parquet) on the
+first-token reads."""
 DEPTH_CELLS = ("primary", "twin", "harm_twin")
 """The cells the depth readout reads (every first-token readout of these cells)."""
 LENSES = ("logit", "tuned")
@@ -78,6 +79,13 @@ PATCH_SOURCES = ("judge", "twin_agent", "foreign_judge", "foreign_agent")
 (same cell and option order: the patch), the twin cell's agent prompt (same order), and another scenario's
 letter-only judge prompt and agent prompt (same cell), with as many options, in the same order (what a foreign
 residual does: the judge frame without this scenario, and neither the judge frame nor this scenario)."""
+PATCH_GROUPS = ("span", "options", "context", "read")
+"""The groups of positions the patching grid patches between a pressure prompt and its twin (readouts/gap/
+span_patch.py): the differing sentence's paired tokens, the options' texts, the other shared tokens after the
+sentence, the read position."""
+PATCH_DIRECTIONS = ("noising", "denoising")
+"""noising: the pressure prompt read with a group's streams from its twin; denoising: the twin read with the pressure
+prompt's."""
 
 
 STEER_DIRECTIONS = ("pressure", "judgment")

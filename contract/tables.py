@@ -141,6 +141,15 @@ PATCHING = Table("patching", _cols(
 """One row per agent probe (primary cell) x patched depth x source (contract.names.PATCH_SOURCES): the agent
 prompt's letters with its read-position residual after `layer` replaced by the source prompt's."""
 
+PATCH_GRID = Table("patch_grid", _cols(
+    "model:str scenario_id:str family:str order_index:int order:str direction:str group:str layer:int n_layers:int "
+    "positions:int unpaired:int ld:float p_violating:float ld_clean:float ld_source:float"))
+"""One row per scenario x option order (D's first `patch_orders`) x direction x group x patched depth
+(contract.names.PATCH_DIRECTIONS, PATCH_GROUPS): the logit difference of the violating letter (log of its mass less
+the mean log mass of the other letters) with that group's streams at `layer` taken from the other prompt of the
+pressure/twin pair, beside both prompts' unpatched values; `positions` patched, `unpaired` tokens of the longer
+sentence left unpatched (readouts/gap/span_patch.py)."""
+
 _STEER_KEY = "model:str direction:str direction_seed:int? layer:int? strength:float positions:str"
 STEERING = Table("steering", _cols(
     f"{_STEER_KEY} scenario_id:str family:str cell:str readout:str order_index:int letters:str violating_letter:str "
@@ -155,7 +164,7 @@ STEER_CAPABILITY = Table("steer_capability", _cols(f"{_STEER_KEY} loss:float tok
 """One row per steering condition: mean next-token loss (nats) on the shipped held-out text under that steering,
 added where the readouts got it (the run's `positions`: at each predicting position alone, or at every position)."""
 
-TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING, STEERING,
+TABLES = {t.name: t for t in (PROBES, SCENARIOS, NSI_REPLIES, NSI_CONTINUOUS, DEPTH, PATCHING, PATCH_GRID, STEERING,
                               STEER_CAPABILITY)}
 
 

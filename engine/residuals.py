@@ -24,9 +24,11 @@ class Patch:
     depth: int
     """0..L (module docstring): the stream entering layer 1 (0) or leaving layer `depth`."""
     vector: torch.Tensor
-    """[hidden]: what the stream holds there instead (cast to the model's dtype and device)."""
-    position: int | None = None
-    """Token position in the prompt; None: the read position (the prompt's last token)."""
+    """[hidden], or [positions, hidden] for several positions: what the stream holds there instead (cast to the
+    model's dtype and device)."""
+    position: int | tuple[int, ...] | None = None
+    """Token position in the prompt, or several (a plain forward's: engine.residuals.patched_reads); None: the read
+    position (the prompt's last token)."""
     add: bool = False
     """Add the vector to the stream there instead of replacing it (steering at the read position, engine/steering.py)."""
 
@@ -132,6 +134,7 @@ class ReadHooks:
                 if changed is None:
                     changed = hidden.clone()
                 pos = read_idx[row] if patch.position is None else patch.position
+                pos = list(pos) if isinstance(pos, tuple) else pos
                 vector = patch.vector.to(changed.device, changed.dtype)
                 changed[row, pos] = changed[row, pos] + vector if patch.add else vector
         h = hidden if changed is None else changed
@@ -166,3 +169,43 @@ def patched_logits(model, ids: Sequence[int], patch: Patch) -> torch.Tensor:
         out = model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
         hooks.commit()
     return out.logits[0].float()
+
+
+def streams(model, ids: Sequence[int]) -> torch.Tensor:
+    """The residual stream of one prompt at every depth and position, from a plain forward (no cache): fp32 CPU
+    [depths, tokens, hidden], depth numbered as in the module docstring (the last depth before the final norm)."""
+    layers = decoder_layers(model)
+    out: dict[int, torch.Tensor] = {}
+
+    def keep(depth, hidden):
+        out[depth] = hidden[0].detach().float().cpu()
+
+    handles = [layers[0].register_forward_pre_hook(
+        lambda m, args, kwargs: keep(0, args[0] if args else kwargs["hidden_states"]), with_kwargs=True)]
+    for i, layer in enumerate(layers, start=1):
+        handles.append(layer.register_forward_hook(lambda m, a, o, i=i: keep(i, o[0] if isinstance(o, tuple) else o)))
+    device = model.get_input_embeddings().weight.device
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.stack([out[d] for d in range(len(out))])
+
+
+def patched_reads(model, ids: Sequence[int], patches: Sequence[Patch], rows: int = 16) -> torch.Tensor:
+    """Next-token logits at the last position of one prompt under each of `patches` (any depth, any positions):
+    plain forwards of the prompt repeated `rows` at a time, each row its own patch; fp32 [len(patches), vocab]."""
+    device = model.get_input_embeddings().weight.device
+    last = len(ids) - 1
+    out = []
+    with ReadHooks(model, capture=False) as hooks, torch.inference_mode():
+        for start in range(0, len(patches), rows):
+            part = list(patches[start : start + rows])
+            hooks.arm([last] * len(part), list(range(len(part))), part)
+            batch = torch.tensor([list(ids)] * len(part), device=device)
+            logits = model(input_ids=batch, use_cache=False, logits_to_keep=1).logits[:, -1]
+            hooks.commit()
+            out.append(logits.float().cpu())
+    return torch.cat(out) if out else torch.empty(0)

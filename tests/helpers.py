@@ -90,7 +90,7 @@ TINY_PROFILE = _quick(name="show-test", max_units=2, orders={"D": 2, "J0": 1, "c
 """The profile of make_gap_run: two scenarios, few orders and short budgets."""
 
 DEPTH_PROFILE = _quick(name="depth-test", max_units=4, orders={"D": 2, "J0": 2, "control": 1, "raw": 1}, chunk_size=4,
-                       patch_orders=2)
+                       patch_orders=2, grid_stride=1)
 """A depth run's profile: four scenarios, two orders of D and J0."""
 
 FRAME_OF = {"D": "agent", "J0": "judge_letter"}

@@ -47,6 +47,11 @@ class GapProfile(Profile):
     0: no patching.parquet rows."""
     patch_orders: int = 2
     """Depth runs: the first this many of D's option orders are patched, per primary scenario."""
+    grid_stride: int = 2
+    """Depth runs: the patching grid (patch_grid.parquet: every group of positions, both directions) at every
+    `grid_stride`-th depth (and the last), in the same orders; 0: none. Each cell of the grid is a plain forward of
+    the whole prompt, so the grid costs about 8 / grid_stride times as many forwards per scenario and order as the
+    model has layers."""
     frames: str = DEFAULT_VERSION
     """The frames version the prompts are rendered in (panels/frames/<frames>.toml): `v1` as every run before
     it; `v2` adds the scenario's norm to the norm-naming dose arm, every other text as in v1."""
@@ -59,8 +64,9 @@ class GapProfile(Profile):
         bad = next((k for k, v in self.orders.items() if v < 1), None)
         if bad is not None:
             raise ReadoutError(f"--set: orders.{bad}: must be >= 1, got {self.orders[bad]}")
-        if self.patch_stride < 0 or self.patch_orders < 1:
-            raise ReadoutError(f"--set: patch_stride must be >= 0 and patch_orders >= 1, got {self.patch_stride}, {self.patch_orders}")
+        if self.patch_stride < 0 or self.patch_orders < 1 or self.grid_stride < 0:
+            raise ReadoutError(f"--set: patch_stride and grid_stride must be >= 0 and patch_orders >= 1, got "
+                               f"{self.patch_stride}, {self.grid_stride}, {self.patch_orders}")
         if self.rider_rollouts < 0:
             raise ReadoutError(f"--set: rider_rollouts: must be >= 0 (0: no rider), got {self.rider_rollouts}")
         if self.rider_rollouts and self.rider_budget < self.dose_budget:

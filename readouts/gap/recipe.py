@@ -28,6 +28,7 @@ from readouts.gap.aggregate import scenario_rows
 from readouts.gap.depth import depth_rows, patch_rows
 from readouts.gap.profile import GapProfile, cells_read, is_on, rollouts
 from readouts.gap.prompts import answer_forms, prompt_of
+from readouts.gap.span_patch import grid_rows
 
 
 @dataclass
@@ -140,7 +141,8 @@ class GapRunner:
         self.panel_name, self.model_name, self.progress = panel_name, model_name, progress
         self.token_budget = token_budget
         self.depth = depth
-        """Also read depth.parquet and patching.parquet (readouts/gap/depth.py)."""
+        """Also read depth.parquet and patching.parquet (readouts/gap/depth.py), and patch_grid.parquet
+        (readouts/gap/span_patch.py)."""
         self.lens = lens
         """A tuned lens (engine.tuned_lens.TunedLens) the depth rows are also read through, or None."""
         self.drawer = generate
@@ -175,7 +177,7 @@ class GapRunner:
         where = {s.id: i for i, chunk in enumerate(chunks) for s in chunk}
         if len(where) != len(scenarios):
             raise ReadoutError("run_window: a scenario id stands in two chunks of one window")
-        out = [dict(reads=[], rows=[], deep=[], patched=[]) for _ in chunks]
+        out = [dict(reads=[], rows=[], deep=[], patched=[], grid=[]) for _ in chunks]
         self._texts = {}  # decoded prompts of this window only
         for name, specs in stages(self.groups, self.profile):
             t0 = time.perf_counter()
@@ -201,7 +203,7 @@ class GapRunner:
         for chunk, got in zip(chunks, out):
             keys = [(rd.scenario.id, rd.cell, rd.spec.name, rd.frame) for rd in got["reads"]]
             rows = scenario_rows(chunk, keys, got["rows"], self.profile, self.sample, self.model_name, self.panel_name)
-            tables.append((got["rows"], rows, got["deep"], got["patched"]) if self.depth else (got["rows"], rows))
+            tables.append((got["rows"], rows, got["deep"], got["patched"], got["grid"]) if self.depth else (got["rows"], rows))
         return tables
 
     def _keep(self, got: dict, chunk, spec: ReadoutSpec, reads, rows, results) -> None:
@@ -213,6 +215,7 @@ class GapRunner:
             got["deep"] += depth_rows(self.lm, self.model_name, reads, results, self.lens)
             if spec.name == "D":
                 got["patched"] += patch_rows(self, chunk, reads, results)
+                got["grid"] += grid_rows(self, chunk, reads)
 
     # -- planning ----------------------------------------------------------------------------------
     def _first_token_reads(self, scenarios, spec: ReadoutSpec) -> list[Read]:

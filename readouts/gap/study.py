@@ -11,7 +11,7 @@ import pandas as pd
 
 from contract.names import DEPTH_GROUP
 from contract.readouts import FIRST_TOKEN, READOUTS, readout_groups
-from contract.tables import DEPTH, PATCHING, PROBES, SCENARIOS
+from contract.tables import DEPTH, PATCH_GRID, PATCHING, PROBES, SCENARIOS
 from engine.errors import ReadoutError
 from engine.render import encode_prompt
 from panels.frames import render
@@ -72,7 +72,7 @@ class GapStudy:
 
     def __post_init__(self):
         if wants_depth(self.readouts):
-            self.tables = (*self.tables, DEPTH.name, PATCHING.name)
+            self.tables = (*self.tables, DEPTH.name, PATCHING.name, PATCH_GRID.name)
         elif self.lens is not None:
             raise ReadoutError("--lens: reads the depth tables; add depth to --readouts (e.g. --readouts D,J0,depth)")
         self._tuned = None

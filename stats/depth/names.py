@@ -1,9 +1,9 @@
 """The files `readout stats` writes for a depth run (read by the HTML report too), declared once."""
 
-DEPTH_FIGURES = ("depth_excess.png", "depth_closure.png", "depth_lens_kl.png")
-DEPTH_TABLES = ("depth_layers.csv", "depth_closure.csv", "depth_lens_kl.csv")
+DEPTH_FIGURES = ("depth_excess.png", "depth_closure.png", "depth_lens_kl.png", "depth_patch_grid.png")
+DEPTH_TABLES = ("depth_layers.csv", "depth_closure.csv", "depth_lens_kl.csv", "depth_patch_grid.csv")
 DEPTH_MARKDOWN = "depth_departure.md"
-DEPTH_OUTPUTS = (*DEPTH_TABLES, "depth_layers.md", "depth_closure.md", "depth_lens_kl.md", DEPTH_MARKDOWN, *DEPTH_FIGURES)
+DEPTH_OUTPUTS = (*DEPTH_TABLES, *(t.replace(".csv", ".md") for t in DEPTH_TABLES), DEPTH_MARKDOWN, *DEPTH_FIGURES)
 CAPTIONS = {
     "depth_excess.png": "paired excess E = (p_D - p_J0) primary - twin by layer through the logit lens (and the tuned "
                         "lens when the run has one), 95% paired scenario bootstrap band per layer, the simultaneous 95% band "
@@ -12,6 +12,11 @@ CAPTIONS = {
                         "primary cell (logit lens)",
     "depth_lens_kl.png": "KL divergence of each lens's full-vocabulary distribution at a layer from the model's own, at "
                          "the read positions: mean and 90th percentile over the reads (log scale)",
+    "depth_patch_grid.png": "patching grid between each pressure prompt and its twin: the share of the pair's logit "
+                            "difference of the violating letter that a group of positions (the differing sentence, the "
+                            "options' texts, the other shared tokens, the read position) carries across when patched at a "
+                            "layer, noising (the pressure read with the twin's streams) and denoising; a dot where the "
+                            "mean move's 95% CI over scenarios excludes 0",
     "depth_closure.png": "share of p_D - p_J0 the patch closes, by patched layer: the judge prompt's residual, and as "
                          "controls the twin's agent prompt's and a foreign scenario's judge prompt's (grey) and agent "
                          "prompt's (grey, dashed), 95% bands",

@@ -1,6 +1,7 @@
 """`readout stats` on a depth run: depth_layers.csv/.md, depth_departure.md, depth_closure.csv/.md,
-depth_lens_kl.csv/.md, and the figures depth_excess.png (E by layer with its band, per lens; p_D and p_J0 beside
-it), depth_closure.png and depth_lens_kl.png (each lens's KL to the final layer by layer)."""
+depth_patch_grid.csv/.md, depth_lens_kl.csv/.md, and the figures depth_excess.png (E by layer with its band, per
+lens; p_D and p_J0 beside it), depth_closure.png, depth_patch_grid.png (the patching grid's heatmaps) and
+depth_lens_kl.png (each lens's KL to the final layer by layer)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from contract.names import LENSES, PATCH_SOURCES
-from contract.tables import DEPTH, DEPTH_ADDED, PATCHING
+from contract.tables import DEPTH, DEPTH_ADDED, PATCH_GRID, PATCHING
 from stats.core.figures import BAND, MEASURE, NULL, legend_of_drawn, new_figure, save
 from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
@@ -30,6 +31,7 @@ from stats.depth.compute import (
     readability,
 )
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_OUTPUTS
+from stats.depth.patch_grid import grid_figure, summarize
 
 DEFINITIONS = (
     "E(l): the paired excess (p_D - p_J0) primary - twin at layer l, each read through the logit lens (final norm, "
@@ -192,6 +194,28 @@ def closure_figure(closure: pd.DataFrame, path: Path) -> Path:
     return save(fig, path)
 
 
+def write_grid(grid: pd.DataFrame, out: Path, seed: int, n_boot: int, written: list) -> pd.DataFrame:
+    """The patching grid's summary (stats.depth.patch_grid) as depth_patch_grid.csv/.md and its heatmap."""
+    summary = summarize(grid, rng_for(seed, "depth", "patch_grid"), min(n_boot, 2000))
+    write_table(summary, out, "depth_patch_grid", "Patching grid: logit difference moved and share restored")
+    grid_figure(summary, out / DEPTH_FIGURES[3])
+    written += ["depth_patch_grid.csv", DEPTH_FIGURES[3]]
+    return summary
+
+
+def grid_lines(summary: pd.DataFrame) -> list[str]:
+    """Per direction and group, the layer where the grid restores the most below the last, with its CI."""
+    lines = []
+    below = summary[summary.layer < summary.layer.max()]
+    for (direction, group), d in below.groupby(["direction", "group"], sort=False):
+        if d.restored.notna().any():
+            top = d.loc[d.restored.idxmax()]
+            lines.append(f"depth: patching grid, {direction} {group}: at most {top.restored:.3f} [{top.restored_low:.3f}, "
+                         f"{top.restored_high:.3f}] of the logit difference restored, at layer {int(top.layer)} "
+                         f"(n={int(top.n)})")
+    return lines
+
+
 def uneven_sources(closure: pd.DataFrame) -> list[str]:
     """A line when the two foreign controls (one partner each) rest on different scenarios: a run resumed across the
     change that added `foreign_agent` has its rows in the newer chunks only."""
@@ -235,6 +259,10 @@ def run_depth_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000,
             top = best.loc[best.closure.idxmax()]
             lines.append(f"depth: below the last layer the judge patch closes at most {top.closure:.3f} "
                          f"[{top.low:.3f}, {top.high:.3f}] of p_D - p_J0 (mean {top.gap:.3f}), at layer {int(top.layer)}")
+    grid_path = Path(run_dir) / PATCH_GRID.file
+    grid = read_table(grid_path, PATCH_GRID) if grid_path.is_file() else None
+    if grid is not None and len(grid):
+        lines += grid_lines(write_grid(grid, out, seed, n_boot, written))
     if len(kl):
         write_table(kl, out, "depth_lens_kl", "KL(final || lens) in nats at the read positions, by lens and layer")
         lens_kl_figure(kl, out / DEPTH_FIGURES[2])

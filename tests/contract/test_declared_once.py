@@ -92,7 +92,7 @@ def written(tmp_path_factory):
     steer = run(SteerStudy(settings=SteerSettings(layers=(1,), strengths=(1.0,), random=1)),
                 RunOptions(model=ModelOptions("tiny-qwen2"), panel="gap-v1", limit=4, out=str(out / "steer"), progress=False,
                            overrides=("orders.D=1", "orders.J0=1", "orders.control=1", "chunk_size=1")), log=lambda _: None)
-    return {"probes": gap, "scenarios": gap, "nsi_replies": nsi, "nsi_continuous": nsi, "depth": depth, "patching": depth,
+    return {"probes": gap, "scenarios": gap, "nsi_replies": nsi, "nsi_continuous": nsi, "depth": depth, "patching": depth, "patch_grid": depth,
             "steering": steer, "steer_capability": steer}
 
 

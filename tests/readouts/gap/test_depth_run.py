@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from contract.tables import DEPTH, PATCHING
+from contract.tables import DEPTH, PATCH_GRID, PATCHING
 from panels.schema import load_panel
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
@@ -112,7 +112,7 @@ def test_depth_is_a_readouts_token():
     assert parse_readouts("depth", chat=True) == ("D", "J0", "raw", "control")
     assert parse_readouts("D,depth", chat=True) == ("D",)
     assert parse_readouts("depth", chat=False) == ("raw",)
-    assert GapStudy(readouts="D,depth").tables[-2:] == (DEPTH.name, PATCHING.name)
+    assert GapStudy(readouts="D,depth").tables[-3:] == (DEPTH.name, PATCHING.name, PATCH_GRID.name)
     assert GapStudy(readouts="D").tables == GapStudy().tables
 
 
@@ -131,3 +131,38 @@ def test_readout_stats_and_report_on_a_depth_run(depth_run, tmp_path):
     assert "Through depth: " in html and 'data-kind="depth"' in html
     depth_part = html[html.index('data-kind="depth"'):]
     assert all(name in depth_part for name in (*DEPTH_FIGURES, *DEPTH_TABLES))
+
+
+def test_patch_grid_rows_equal_hand_patched_forwards(depth_run):
+    """patch_grid.parquet: every scenario x order x direction x group x patched depth, and each read-position row of
+    the grid equal to a forward of the prompt with a hand-written hook carrying the other prompt's hidden state."""
+    import math
+
+    from contract.names import PATCH_DIRECTIONS, PATCH_GROUPS
+    from readouts.gap.depth import patch_depths
+
+    lm = get_model(MODEL)
+    model = lm.model
+    n = model.config.num_hidden_layers
+    panel = {s.id: s for s in load_panel("gap-v2").records}
+    df = pd.read_parquet(depth_run / PATCH_GRID.file)
+    PATCH_GRID.check(df, "patch_grid")
+    depths = patch_depths(n, DEPTH_PROFILE.grid_stride)
+    per = df.groupby(["scenario_id", "order_index"]).size()
+    assert len(per) == 4 * DEPTH_PROFILE.patch_orders and (per == 2 * len(PATCH_GROUPS) * len(depths)).all()
+    assert set(df.direction) == set(PATCH_DIRECTIONS) and set(df.layer) == set(depths)
+    checked = 0
+    for row in df[(df.group == "read") & (df.layer < n)].itertuples():
+        s = panel[row.scenario_id]
+        perm = tuple(int(x) for x in row.order.split(","))
+        clean, source = ("primary", "twin") if row.direction == "noising" else ("twin", "primary")
+        ids, r = depth_prompt(lm, s, FRAME_OF["D"], clean, None, perm=perm)
+        source_ids, _ = depth_prompt(lm, s, FRAME_OF["D"], source, None, perm=perm)
+        vector = forward_states(model, source_ids).hidden_states[row.layer][0, -1]
+        mass = letter_mass_of(lm, hand_patched_logits(model, ids, row.layer, vector), r.letters)
+        v = r.letters.index(r.violating_letter)
+        logs = [math.log(m) for m in mass]
+        want = logs[v] - sum(x for i, x in enumerate(logs) if i != v) / (len(logs) - 1)
+        assert abs(want - row.ld) < 1e-4, (row.scenario_id, row.direction, row.layer)
+        checked += 1
+    assert checked == len(per) * 2 * len([d for d in depths if d < n])
