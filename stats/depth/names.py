@@ -4,6 +4,9 @@ DEPTH_FIGURES = ("depth_excess.png", "depth_closure.png", "depth_lens_kl.png", "
 DEPTH_TABLES = ("depth_layers.csv", "depth_closure.csv", "depth_lens_kl.csv", "depth_patch_grid.csv")
 DEPTH_MARKDOWN = "depth_departure.md"
 DEPTH_OUTPUTS = (*DEPTH_TABLES, *(t.replace(".csv", ".md") for t in DEPTH_TABLES), DEPTH_MARKDOWN, *DEPTH_FIGURES)
+MIN_MOVE = 1e-3
+"""Nats: a patching-grid cell whose mean move's CI lies outside +-MIN_MOVE is marked in its heatmap. Smaller moves are
+the float noise of batched forwards (a patch known to change nothing moves a read by about 1e-6)."""
 CAPTIONS = {
     "depth_excess.png": "paired excess E = (p_D - p_J0) primary - twin by layer through the logit lens (and the tuned "
                         "lens when the run has one), 95% paired scenario bootstrap band per layer, the simultaneous 95% band "
@@ -16,7 +19,7 @@ CAPTIONS = {
                             "difference of the violating letter that a group of positions (the differing sentence, the "
                             "options' texts, the other shared tokens, the read position) carries across when patched at a "
                             "layer, noising (the pressure read with the twin's streams) and denoising; a dot where the "
-                            "mean move's 95% CI over scenarios excludes 0",
+                            f"mean move's 95% CI over scenarios lies outside +-{MIN_MOVE:g} nats",
     "depth_closure.png": "share of p_D - p_J0 the patch closes, by patched layer: the judge prompt's residual, and as "
                          "controls the twin's agent prompt's and a foreign scenario's judge prompt's (grey) and agent "
                          "prompt's (grey, dashed), 95% bands",

@@ -19,6 +19,7 @@ import pandas as pd
 from contract.names import PATCH_DIRECTIONS, PATCH_GROUPS
 from stats.core.bootstrap import percentile_ci
 from stats.core.figures import colormap, new_figure, save
+from stats.depth.names import MIN_MOVE
 
 KEYS = ["direction", "group", "layer"]
 
@@ -47,8 +48,8 @@ def summarize(rows: pd.DataFrame, rng: np.random.Generator, n_boot: int = 2000, 
 
 def grid_figure(summary: pd.DataFrame, path):
     """Heatmaps of `restored` by group (rows) and layer (columns), one per direction; a dot where `moved`'s 95% CI
-    excludes 0."""
-    fig, axes = new_figure(10.5, 3.4, len(PATCH_DIRECTIONS))
+    lies outside +-MIN_MOVE."""
+    fig, axes = new_figure(10.5, 3.4, len(PATCH_DIRECTIONS), layout="constrained")
     layers = sorted(summary.layer.unique())
     image = None
     for ax, direction in zip(axes, PATCH_DIRECTIONS):
@@ -59,7 +60,7 @@ def grid_figure(summary: pd.DataFrame, path):
                 if (g, layer) in d.index:
                     row = d.loc[(g, layer)]
                     grid[i, j] = row.restored
-                    if row.moved_low > 0 or row.moved_high < 0:
+                    if row.moved_low > MIN_MOVE or row.moved_high < -MIN_MOVE:
                         ax.plot(j, i, "o", color="black", ms=2.5)
         image = ax.imshow(grid, aspect="auto", cmap=colormap("RdBu_r"), vmin=-1, vmax=1, interpolation="nearest")
         ax.set_yticks(range(len(PATCH_GROUPS)), PATCH_GROUPS, fontsize=8)
