@@ -87,7 +87,7 @@ def written(tmp_path_factory):
     nsi = run(NsiStudy(), RunOptions(model=ModelOptions("tiny-qwen2"), limit=2, out=str(out / "nsi"), progress=False,
                                      overrides=("samples=1", "budget=6")), log=lambda _: None)
     depth = run(GapStudy(readouts="D,depth"), RunOptions(model=ModelOptions("tiny-qwen2"), limit=2, out=str(out / "depth"),
-                                                        progress=False, overrides=("orders.D=1", "patch_stride=2")),
+                                                        progress=False, overrides=("orders.D=1", "patch_stride=2", "grid_stride=2")),
                 log=lambda _: None)
     steer = run(SteerStudy(settings=SteerSettings(layers=(1,), strengths=(1.0,), random=1)),
                 RunOptions(model=ModelOptions("tiny-qwen2"), panel="gap-v1", limit=4, out=str(out / "steer"), progress=False,

@@ -28,7 +28,7 @@ SCENARIOS = 10
 records the planted gap does not carry over, docs/organisms.md)."""
 PROFILE = dataclasses.replace(gap_profile.PROFILES["quick"], name="depth-organism", max_units=SCENARIOS,
                               chunk_size=SCENARIOS, orders={"D": 4, "J0": 4, "control": 1, "raw": 1},
-                              patch_orders=1, patch_stride=2, grid_stride=0)
+                              patch_orders=1, patch_stride=2)
 # Every depth of SmolLM2 with patching: minutes per organism on two cores, so in the slow tier (make test-slow).
 
 

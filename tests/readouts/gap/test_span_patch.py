@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
+from contract.names import PATCH_GROUPS
 from engine.residuals import Patch, n_depths, patched_reads, streams
 from panels.schema import load_panel, resolve_panel
 from readouts.gap.profile import PROFILES
-from readouts.gap.span_patch import GROUPS, logit_difference, pair_positions, patch_grid, scenario_prompts
+from readouts.gap.span_patch import logit_difference, pair_positions, patch_grid, scenario_prompts
 from tests.helpers import TINY, get_model
 
 TOL = 1e-4
@@ -77,7 +78,7 @@ def test_the_grid_on_smollm2_against_plain_forwards():
     s, order, twin = equal
     rows = patch_grid(lm, s, order, frames, [0, last])
     at = {(r["direction"], r["group"], r["layer"]): r for r in rows}
-    assert {g for _, g, _ in at} == set(GROUPS) and rows[0]["unpaired"] == 0
+    assert {g for _, g, _ in at} == set(PATCH_GROUPS) and rows[0]["unpaired"] == 0
     noised = at[("noising", "span", 0)]
     r = scenario_prompts(lm, s, order, frames)[3]
     probs = plain_last(lm.model, twin).softmax(-1)
