@@ -71,7 +71,7 @@ def test_the_shapes_file_is_the_paper_plans_shapes_now(tmp_path):
     for gpu, shape_set in shipped.items():
         now = {}
         for arch in bench.gpu_check.ARCHS:
-            rows, _, profile = bench.plan("gap-v2", arch, gpu, 8)
+            rows, _, profile, _ = bench.plan("gap-v2", arch, gpu, 8)
             now[arch] = bench.shapes(rows, profile)
         assert shape_set == dict(memory_bytes=GPUS[gpu].memory, shapes=now), gpu
 
