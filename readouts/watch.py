@@ -4,10 +4,11 @@ once it is complete, in step order, then compared.
 A checkpoint is a folder `checkpoint-<step>` directly under DIR, as transformers' `Trainer` (and TRL's trainers built
 on it) and peft write them: full weights (config.json with model.safetensors, a sharded model.safetensors.index.json,
 or pytorch_model.bin) or a PEFT adapter (adapter_config.json with adapter_model.safetensors or .bin), whose base model
-is `--model` or else the adapter's own `base_model_name_or_path`. A folder is read only once it is complete: its JSON
-files parse, every safetensors file holds exactly the bytes its header declares (a truncated or corrupt file is named
-in one line and the folder tried again at the next look), a .bin is a whole zip archive, the shards an index names are
-all there, and nothing in the folder has changed for `settle` seconds.
+is `--model` or else the adapter's own `base_model_name_or_path`. A folder is read only once it is complete: nothing
+in it (nor its list of files) has changed for `settle` seconds, its JSON files parse, every safetensors file holds
+exactly the bytes its header declares, a .bin is a whole zip archive and the shards an index names are all there. A
+folder still changing is being written and waited for in silence; one that has stopped changing while incomplete (a
+truncated or corrupt file) is named in one line and tried again at the next look.
 
 The sweep folder (`--out`) is the sweep's: sweep.toml, sweep.json, runs/checkpoint-<step>/ and compare/. Its role of
 each checkpoint is lineage:step-<step>. Watching again resumes: finished runs are skipped, a killed one resumes from its
@@ -124,15 +125,15 @@ def inspect(path: Path, settle: float = 5.0, now: float | None = None) -> Found:
         if not any(path.glob("model*.safetensors*")) and any(path.glob("pytorch_model*.bin*")):
             stem = "pytorch_model"
     else:
-        return Found(step, path, None, "no config.json or adapter_config.json yet")
-    why = _json_problem(config) or _weights_problem(path, stem)
+        kind, config, stem = None, None, None
+    why = ("no config.json or adapter_config.json yet" if kind is None
+           else _json_problem(config) or _weights_problem(path, stem))
     base = None
     if why is None and kind == "adapter":
         base = json.loads(config.read_text()).get("base_model_name_or_path")
-    if why is None:
-        newest = max((p.stat().st_mtime for p in path.iterdir() if p.is_file()), default=0.0)
-        if now - newest < settle:
-            why = f"being written (a file changed {max(0.0, now - newest):.1f} s ago)"
+    newest = max(p.stat().st_mtime for p in (path, *(p for p in path.iterdir() if p.is_file())))
+    if now - newest < settle:  # a missing or partial file in a folder still changing is being written, not named
+        why = f"being written (a file changed {max(0.0, now - newest):.1f} s ago)"
     return Found(step, path, kind, why, base)
 
 

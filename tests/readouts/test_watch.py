@@ -71,7 +71,7 @@ def test_checkpoints_written_during_training_read_once_in_order(tmp_path):
         while not (folder / "checkpoint-2" / "trainer_state.json").exists() and time.monotonic() < end:
             time.sleep(0.2)
         lines = []
-        watch(folder, tmp_path / "sweep", study=STUDY, n_boot=200, poll=0.2, quiet=12, settle=0.5, log=lines.append)
+        watch(folder, tmp_path / "sweep", study=STUDY, n_boot=200, poll=0.2, quiet=12, settle=1.5, log=lines.append)
     finally:
         assert proc.wait(timeout=600) == 0, proc.stderr.read()
     assert _runs(lines) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"], lines
@@ -161,6 +161,8 @@ def test_inspect_names_each_way_a_checkpoint_is_not_whole(tmp_path):
     _safetensors(ck / "model.safetensors", tensor, b"\0" * 5)
     size = (ck / "model.safetensors").stat().st_size
     assert inspect(ck, settle=0).problem == f"model.safetensors: truncated ({size} bytes of {size + 3})"
+    assert inspect(ck, settle=60).problem.startswith("being written")  # still changing: waited for, not named
+    assert inspect(ck, settle=60, now=time.time() + 61).problem.startswith("model.safetensors: truncated")
     _safetensors(ck / "model.safetensors", tensor, b"\0" * 12)
     assert inspect(ck, settle=0).problem == "model.safetensors: corrupt (4 bytes past its tensors' end)"
     (ck / "model.safetensors").write_bytes(struct.pack("<Q", 10) + b"not json!!")
