@@ -84,8 +84,12 @@ PATCH_GROUPS = ("span", "options", "context", "read")
 span_patch.py): the differing sentence's paired tokens, the options' texts, the other shared tokens after the
 sentence, the read position."""
 PATCH_DIRECTIONS = ("noising", "denoising")
-"""noising: the pressure prompt read with a group's streams from its twin; denoising: the twin read with the pressure
-prompt's."""
+"""noising: a pair's first prompt (the pressure prompt) read with a group's streams from its second (the twin);
+denoising: the second read with the first's."""
+PATCH_PAIRS = ("pressure", "filler_swap")
+"""The prompt pairs the patching grid patches between: `pressure`, a scenario's pressure prompt and its twin;
+`filler_swap`, its scenario-specific control, the twin and the twin with another scenario's filler sentence in its
+place (no pressure in either, so a move there is a reaction to any change of that sentence, not to the pressure)."""
 
 
 STEER_DIRECTIONS = ("pressure", "judgment")

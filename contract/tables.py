@@ -142,13 +142,14 @@ PATCHING = Table("patching", _cols(
 prompt's letters with its read-position residual after `layer` replaced by the source prompt's."""
 
 PATCH_GRID = Table("patch_grid", _cols(
-    "model:str scenario_id:str family:str order_index:int order:str direction:str group:str layer:int n_layers:int "
-    "positions:int unpaired:int ld:float p_violating:float ld_clean:float ld_source:float"))
-"""One row per scenario x option order (D's first `patch_orders`) x direction x group x patched depth
-(contract.names.PATCH_DIRECTIONS, PATCH_GROUPS): the logit difference of the violating letter (log of its mass less
-the mean log mass of the other letters) with that group's streams at `layer` taken from the other prompt of the
-pressure/twin pair, beside both prompts' unpatched values; `positions` patched, `unpaired` tokens of the longer
-sentence left unpatched (readouts/gap/span_patch.py)."""
+    "model:str scenario_id:str family:str order_index:int order:str pair:str filler_of:str? direction:str group:str "
+    "layer:int n_layers:int positions:int unpaired:int ld:float p_violating:float ld_clean:float ld_source:float"))
+"""One row per scenario x option order (D's first `patch_orders`) x pair x direction x group x patched depth
+(contract.names.PATCH_PAIRS, PATCH_DIRECTIONS, PATCH_GROUPS): the logit difference of the violating letter (log of
+its mass less the mean log mass of the other letters) with that group's streams at `layer` taken from the pair's
+other prompt, beside both prompts' unpatched values; `filler_of` the scenario whose filler sentence the
+`filler_swap` pair's second prompt carries (null for `pressure`); `positions` patched, `unpaired` tokens of the
+longer sentence left unpatched (readouts/gap/span_patch.py)."""
 
 _STEER_KEY = "model:str direction:str direction_seed:int? layer:int? strength:float positions:str"
 STEERING = Table("steering", _cols(

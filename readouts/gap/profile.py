@@ -48,10 +48,10 @@ class GapProfile(Profile):
     patch_orders: int = 2
     """Depth runs: the first this many of D's option orders are patched, per primary scenario."""
     grid_stride: int = 0
-    """Depth runs: the patching grid (patch_grid.parquet: every group of positions, both directions) at every
-    `grid_stride`-th depth (and the last), in the same orders; 0: none (the default: each cell of the grid is a plain
-    forward of the whole prompt, about 8 / grid_stride forwards per scenario, order and layer of the model, which on
-    two CPU cores is minutes per scenario)."""
+    """Depth runs: the patching grid (patch_grid.parquet: the pressure pair and its filler-swap control, every group
+    of positions, both directions) at every `grid_stride`-th depth (and the last), in the same orders; 0: none (the
+    default: each cell of the grid is a plain forward of the whole prompt, about 16 / grid_stride forwards per
+    scenario, order and layer of the model, which on two CPU cores is minutes per scenario)."""
     frames: str = DEFAULT_VERSION
     """The frames version the prompts are rendered in (panels/frames/<frames>.toml): `v1` as every run before
     it; `v2` adds the scenario's norm to the norm-naming dose arm, every other text as in v1."""

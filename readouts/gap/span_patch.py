@@ -1,29 +1,33 @@
-"""Activation patching between a scenario's agent prompt under pressure (`primary`) and its twin (the same prompt
-with a filler sentence instead of the pressure sentence), by group of positions and depth, in both directions, on
-the logit difference of the violating letter.
+"""Activation patching between two agent prompts of a scenario that differ in one sentence, by group of positions
+and depth, in both directions, on the logit difference of the violating letter. Two pairs (contract.names.
+PATCH_PAIRS): `pressure`, the prompt under pressure (`primary`) and its twin (the same prompt with a filler sentence
+instead of the pressure sentence); `filler_swap`, the scenario-specific control, the twin and the twin with another
+scenario's filler sentence instead of its own. Neither of the control's prompts carries pressure: a group whose patch
+moves the pressure pair's letters but not the control's is reading the pressure, not any change of the sentence.
 
-Alignment. The two prompts share every token before the sentence that differs and every token after it (the rest
-of the scenario, the options, the question, the template's end). Positions are paired from the end: the last
+Alignment. A pair's two prompts share every token before the sentence that differs and every token after it (the
+rest of the scenario, the options, the question, the template's end). Positions are paired from the end: the last
 token with the last token, back through the shared suffix (the same tokens in both) and into the differing span;
 where one span is longer than the other, its first tokens have no partner and are not patched (`unpaired` counts
 them). Tokens before the span need no patch: their streams are the same in both prompts (the model is causal).
 
-Groups (contract.names.PATCH_GROUPS): `span`, the paired tokens of the pressure (or filler) sentence; `options`, the tokens that change
-when the options are rotated (their texts; the letters stay in place); `context`, every other shared token after
-the span; `read`, the read position (the last token).
+Groups (contract.names.PATCH_GROUPS): `span`, the paired tokens of the differing sentence; `options`, the tokens that
+change when the options are rotated (their texts; the letters stay in place); `context`, every other shared token
+after the span; `read`, the read position (the last token).
 
-Directions: `noising` reads the primary prompt with a group's streams at one depth taken from the twin's forward;
-`denoising` reads the twin with the primary's. The metric is the logit difference of the violating letter, the
-log of its mass less the mean log mass of the other letters (a letter's mass sums its single-token forms, as every
-read does). Every patched read is a plain forward of one prompt (engine.residuals.patched_reads).
+Directions: `noising` reads the pair's first prompt with a group's streams at one depth taken from the second's
+forward; `denoising` reads the second with the first's. The metric is the logit difference of the violating letter,
+the log of its mass less the mean log mass of the other letters (a letter's mass sums its single-token forms, as
+every read does). Every patched read is a plain forward of one prompt (engine.residuals.patched_reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from contract.names import PATCH_DIRECTIONS, PATCH_GROUPS
+from contract.names import DEPTH_CELLS, PATCH_DIRECTIONS, PATCH_GROUPS, PATCH_PAIRS
 from contract.readouts import readout
 from engine.render import encode_prompt
 from engine.residuals import Patch, n_depths, patched_reads, streams
@@ -32,6 +36,8 @@ from panels.frames import render
 from readouts.gap.prompts import prompt_of
 
 (AGENT_FRAME,) = readout("D").frames
+PAIR_CELLS = dict(zip(PATCH_PAIRS, (DEPTH_CELLS[:2], (DEPTH_CELLS[1], DEPTH_CELLS[1]))))
+"""Each pair's two prompts' cells (the filler swap's second twin carries another scenario's filler)."""
 
 
 @dataclass(frozen=True)
@@ -80,45 +86,50 @@ def logit_difference(mass, violating: int) -> float:
     return logs[violating] - sum(others) / len(others)
 
 
-def scenario_prompts(lm, scenario, order, frames) -> tuple[tuple, tuple, tuple, object]:
-    """Token ids of the agent prompt in the primary cell, in the twin and in the primary with `order` rotated by one,
-    and the primary's rendering (its letters and violating letter)."""
-    rotated_order = tuple(order[1:]) + tuple(order[:1])
-    r = render(scenario, AGENT_FRAME, "primary", order, frames)
-    ids = [tuple(encode_prompt(lm.tokenizer, prompt_of(render(scenario, AGENT_FRAME, cell, o, frames))))
-           for cell, o in (("primary", order), ("twin", order), ("primary", rotated_order))]
+def pair_prompts(lm, scenario, order, frames, pair: str = "pressure", filler=None) -> tuple[tuple, tuple, tuple, object]:
+    """Token ids of a pair's two agent prompts (contract.names.PATCH_PAIRS) and of its first with `order` rotated by
+    one, and the first's rendering (its letters and violating letter). `pressure`: the primary cell and the twin;
+    `filler_swap`: the twin and the twin with `filler` (another scenario's filler sentence) in its sentence's place."""
+    if pair not in PAIR_CELLS:
+        raise ValueError(f"no patching pair '{pair}' (one of {', '.join(PATCH_PAIRS)})")
+    (cell, other), rotated_order = PAIR_CELLS[pair], tuple(order[1:]) + tuple(order[:1])
+    first, second = scenario, scenario if pair == "pressure" else dataclasses.replace(scenario, filler=filler)
+    r = render(first, AGENT_FRAME, cell, order, frames)
+    ids = [tuple(encode_prompt(lm.tokenizer, prompt_of(render(x, AGENT_FRAME, c, o, frames))))
+           for x, c, o in ((first, cell, order), (second, other, order), (first, cell, rotated_order))]
     return (*ids, r)
 
 
-def patch_grid(lm, scenario, order, frames, depths, key: dict | None = None) -> list[dict]:
-    """Rows of one scenario's grid in one option order: for each direction, group and depth, the patched read's logit
-    difference and violating share, beside the unpatched reads of both prompts (each row starts with `key`)."""
-    primary, twin, rotated, r = scenario_prompts(lm, scenario, order, frames)
-    pairing = pair_positions(primary, twin, rotated)
+def patch_grid(lm, scenario, order, frames, depths, key: dict | None = None, pair: str = "pressure",
+               partner=None) -> list[dict]:
+    """Rows of one scenario's grid for one pair in one option order: for each direction, group and depth, the patched
+    read's logit difference and violating share, beside the unpatched reads of both prompts (each row starts with
+    `key`). `partner`: the scenario whose filler the `filler_swap` pair's second prompt carries."""
+    filler = None if partner is None else partner.filler
+    first, second, rotated, r = pair_prompts(lm, scenario, order, frames, pair, filler)
+    pairing = pair_positions(first, second, rotated)
     letters = lm.letters(r.letters)
     v = r.letters.index(r.violating_letter)
-    ids = {"primary": primary, "twin": twin}
-    stream = {name: streams(lm.model, x) for name, x in ids.items()}
+    ids = (first, second)
+    stream = [streams(lm.model, x) for x in ids]
 
     def reads(logits):
         masses = letter_masses(logits, [letters] * len(logits), [0] * len(logits), 1.0, 1.0)
         return [(logit_difference(m.mass, v), m.mass[v] / sum(m.mass) if sum(m.mass) > 0 else math.nan) for m in masses]
 
     last = n_depths(lm.model) - 1
-    plain = {name: reads(patched_reads(lm.model, x, [None]))[0] for name, x in ids.items()}
+    plain = [reads(patched_reads(lm.model, x, [None]))[0] for x in ids]
     rows = []
-    for direction, (clean, source) in zip(PATCH_DIRECTIONS, (("primary", "twin"), ("twin", "primary"))):
-        at = 0 if clean == "primary" else 1
+    for direction, (clean, source) in zip(PATCH_DIRECTIONS, ((0, 1), (1, 0))):
         jobs = [(g, d) for g in PATCH_GROUPS for d in depths]
-        patches = [Patch(d, stream[source][d, list(pairing.groups[g][1 - at])], position=pairing.groups[g][at])
+        patches = [Patch(d, stream[source][d, list(pairing.groups[g][source])], position=pairing.groups[g][clean])
                    for g, d in jobs]
         for (g, d), (ld, share) in zip(jobs, reads(patched_reads(lm.model, ids[clean], patches))):
             rows.append(dict(**(key or {}), scenario_id=scenario.id, family=scenario.family, order=",".join(map(str, order)),
-                             direction=direction, group=g, layer=d, n_layers=last, positions=len(pairing.groups[g][0]),
-                             unpaired=pairing.unpaired, ld=ld, p_violating=share, ld_clean=plain[clean][0],
-                             ld_source=plain[source][0]))
+                             pair=pair, filler_of=None if partner is None else partner.id, direction=direction, group=g,
+                             layer=d, n_layers=last, positions=len(pairing.groups[g][0]), unpaired=pairing.unpaired,
+                             ld=ld, p_violating=share, ld_clean=plain[clean][0], ld_source=plain[source][0]))
     return rows
-
 
 
 def grid_rows(runner, scenarios, agent_reads) -> list[dict]:
@@ -139,6 +150,17 @@ def grid_rows(runner, scenarios, agent_reads) -> list[dict]:
         for rd in agent_reads:
             if rd.scenario.id == s.id and rd.cell == "primary" and rd.order_index < profile.patch_orders:
                 seen.setdefault(rd.order_index, _order_of(s, rd))
+        partner = filler_partner(scenarios, s)
         for k, order in sorted(seen.items()):
-            rows += patch_grid(lm, s, order, profile.frames, depths, dict(model=runner.model_name, order_index=k))
+            key = dict(model=runner.model_name, order_index=k)
+            rows += patch_grid(lm, s, order, profile.frames, depths, key)
+            if partner is not None:
+                rows += patch_grid(lm, s, order, profile.frames, depths, key, PATCH_PAIRS[1], partner)
     return rows
+
+
+def filler_partner(scenarios, s):
+    """The scenario whose filler sentence stands in `s`'s twin for the `filler_swap` control: the next one after `s`
+    in the chunk (cyclically) whose filler differs from `s`'s, or None."""
+    i = next(k for k, x in enumerate(scenarios) if x.id == s.id)
+    return next((x for x in scenarios[i + 1:] + scenarios[:i] if x.filler != s.filler), None)

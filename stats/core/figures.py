@@ -25,12 +25,12 @@ BAND = "#c0392b"
 FLOOR = "#c9c9c9"
 
 
-def new_figure(width: float, height: float, ncols: int = 1, *, layout: str | None = None, **subplot_kw):
-    """A figure of `width` x `height` inches with one row of `ncols` axes: (figure, list of axes)."""
+def new_figure(width: float, height: float, ncols: int = 1, *, nrows: int = 1, layout: str | None = None, **subplot_kw):
+    """A figure of `width` x `height` inches with `nrows` rows of `ncols` axes: (figure, list of axes, row by row)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout=layout)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols, squeeze=False, **subplot_kw)[0]
-    return fig, list(axes)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **subplot_kw)
+    return fig, list(axes.ravel())
 
 
 def save(fig: Figure, path: Path, rect=(0, 0, 1, 1)) -> Path:

@@ -15,11 +15,13 @@ CAPTIONS = {
                         "primary cell (logit lens)",
     "depth_lens_kl.png": "KL divergence of each lens's full-vocabulary distribution at a layer from the model's own, at "
                          "the read positions: mean and 90th percentile over the reads (log scale)",
-    "depth_patch_grid.png": "patching grid between each pressure prompt and its twin: the share of the pair's logit "
-                            "difference of the violating letter that a group of positions (the differing sentence, the "
-                            "options' texts, the other shared tokens, the read position) carries across when patched at a "
-                            "layer, noising (the pressure read with the twin's streams) and denoising; a dot where the "
-                            f"mean move's 95% CI over scenarios lies outside +-{MIN_MOVE:g} nats",
+    "depth_patch_grid.png": "patching grid: the mean move of the violating letter's logit difference (nats) when a group "
+                            "of positions (the differing sentence, the options' texts, the other shared tokens, the read "
+                            "position) takes its streams at a layer from the pair's other prompt, noising (the first prompt "
+                            "read with the second's streams) and denoising; top, each pressure prompt and its twin; below, "
+                            "the scenario-specific control, the twin and the twin with another scenario's filler (no "
+                            "pressure in either); a dot where the mean move's 95% CI over scenarios lies outside "
+                            f"+-{MIN_MOVE:g} nats",
     "depth_closure.png": "share of p_D - p_J0 the patch closes, by patched layer: the judge prompt's residual, and as "
                          "controls the twin's agent prompt's and a foreign scenario's judge prompt's (grey) and agent "
                          "prompt's (grey, dashed), 95% bands",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from contract.names import LENSES, PATCH_SOURCES
+from contract.names import LENSES, PATCH_PAIRS, PATCH_SOURCES
 from contract.tables import DEPTH, DEPTH_ADDED, PATCH_GRID, PATCHING
 from stats.core.figures import BAND, MEASURE, NULL, legend_of_drawn, new_figure, save
 from stats.core.output import md_section, write_table
@@ -204,15 +204,24 @@ def write_grid(grid: pd.DataFrame, out: Path, seed: int, n_boot: int, written: l
 
 
 def grid_lines(summary: pd.DataFrame) -> list[str]:
-    """Per direction and group, the layer where the grid restores the most below the last, with its CI."""
+    """Per direction and group below the last layer: where the pressure pair's patch restores the most, with its CI,
+    and the control pair's largest move there and anywhere (PATCH_PAIRS)."""
     lines = []
     below = summary[summary.layer < summary.layer.max()]
-    for (direction, group), d in below.groupby(["direction", "group"], sort=False):
-        if d.restored.notna().any():
-            top = d.loc[d.restored.idxmax()]
-            lines.append(f"depth: patching grid, {direction} {group}: at most {top.restored:.3f} [{top.restored_low:.3f}, "
-                         f"{top.restored_high:.3f}] of the logit difference restored, at layer {int(top.layer)} "
-                         f"(n={int(top.n)})")
+    pressure, control = (below[below.pair == p] for p in PATCH_PAIRS)
+    for (direction, group), d in pressure.groupby(["direction", "group"], sort=False):
+        if not d.restored.notna().any():
+            continue
+        top = d.loc[d.restored.idxmax()]
+        line = (f"depth: patching grid, {direction} {group}: at most {top.restored:.3f} [{top.restored_low:.3f}, "
+                f"{top.restored_high:.3f}] of the logit difference restored, at layer {int(top.layer)} (moved "
+                f"{top.moved:+.3f} [{top.moved_low:+.3f}, {top.moved_high:+.3f}] nats, n={int(top.n)})")
+        c = control[(control.direction == direction) & (control.group == group)]
+        if len(c):
+            big = c.loc[c.moved.abs().idxmax()]
+            line += (f"; the filler swap moves at most {big.moved:+.3f} [{big.moved_low:+.3f}, {big.moved_high:+.3f}] "
+                     f"nats (layer {int(big.layer)}, n={int(big.n)})")
+        lines.append(line)
     return lines
 
 

@@ -136,9 +136,10 @@ def test_readout_stats_and_report_on_a_depth_run(depth_run, tmp_path):
 def test_patch_grid_rows_equal_hand_patched_forwards(depth_run):
     """patch_grid.parquet: every scenario x order x direction x group x patched depth, and each read-position row of
     the grid equal to a forward of the prompt with a hand-written hook carrying the other prompt's hidden state."""
+    import dataclasses
     import math
 
-    from contract.names import PATCH_DIRECTIONS, PATCH_GROUPS
+    from contract.names import PATCH_DIRECTIONS, PATCH_GROUPS, PATCH_PAIRS
     from readouts.gap.depth import patch_depths
 
     lm = get_model(MODEL)
@@ -149,15 +150,23 @@ def test_patch_grid_rows_equal_hand_patched_forwards(depth_run):
     PATCH_GRID.check(df, "patch_grid")
     depths = patch_depths(n, DEPTH_PROFILE.grid_stride)
     per = df.groupby(["scenario_id", "order_index"]).size()
-    assert len(per) == 4 * DEPTH_PROFILE.patch_orders and (per == 2 * len(PATCH_GROUPS) * len(depths)).all()
+    assert len(per) == 4 * DEPTH_PROFILE.patch_orders
+    assert (per == len(PATCH_PAIRS) * 2 * len(PATCH_GROUPS) * len(depths)).all()
     assert set(df.direction) == set(PATCH_DIRECTIONS) and set(df.layer) == set(depths)
+    swap = df[df.pair == PATCH_PAIRS[1]]
+    assert df[df.pair == PATCH_PAIRS[0]].filler_of.isna().all() and (swap.filler_of != swap.scenario_id).all()
     checked = 0
     for row in df[(df.group == "read") & (df.layer < n)].itertuples():
         s = panel[row.scenario_id]
         perm = tuple(int(x) for x in row.order.split(","))
-        clean, source = ("primary", "twin") if row.direction == "noising" else ("twin", "primary")
-        ids, r = depth_prompt(lm, s, FRAME_OF["D"], clean, None, perm=perm)
-        source_ids, _ = depth_prompt(lm, s, FRAME_OF["D"], source, None, perm=perm)
+        if row.pair == PATCH_PAIRS[0]:
+            first, second = (s, "primary"), (s, "twin")
+        else:  # the twin, and the twin with the partner's filler sentence
+            first, second = (s, "twin"), (dataclasses.replace(s, filler=panel[row.filler_of].filler), "twin")
+        (clean, clean_cell), (source, source_cell) = (first, second) if row.direction == "noising" else (second, first)
+        ids, r = depth_prompt(lm, clean, FRAME_OF["D"], clean_cell, None, perm=perm)
+        source_ids, _ = depth_prompt(lm, source, FRAME_OF["D"], source_cell, None, perm=perm)
+        assert ids != source_ids
         vector = forward_states(model, source_ids).hidden_states[row.layer][0, -1]
         mass = letter_mass_of(lm, hand_patched_logits(model, ids, row.layer, vector), r.letters)
         v = r.letters.index(r.violating_letter)
@@ -165,4 +174,4 @@ def test_patch_grid_rows_equal_hand_patched_forwards(depth_run):
         want = logs[v] - sum(x for i, x in enumerate(logs) if i != v) / (len(logs) - 1)
         assert abs(want - row.ld) < 1e-4, (row.scenario_id, row.direction, row.layer)
         checked += 1
-    assert checked == len(per) * 2 * len([d for d in depths if d < n])
+    assert checked == len(per) * len(PATCH_PAIRS) * 2 * len([d for d in depths if d < n])

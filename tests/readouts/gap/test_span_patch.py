@@ -13,7 +13,7 @@ from contract.names import PATCH_GROUPS
 from engine.residuals import Patch, n_depths, patched_reads, streams
 from panels.schema import load_panel, resolve_panel
 from readouts.gap.profile import PROFILES
-from readouts.gap.span_patch import logit_difference, pair_positions, patch_grid, scenario_prompts
+from readouts.gap.span_patch import AGENT_FRAME, filler_partner, logit_difference, pair_positions, pair_prompts, patch_grid
 from tests.helpers import TINY, get_model
 
 TOL = 1e-4
@@ -70,7 +70,7 @@ def test_the_grid_on_smollm2_against_plain_forwards():
     equal = None
     for s in load_panel(resolve_panel("gap-v2")).records:
         order = tuple(range(len(s.options)))
-        primary, twin, rotated, _ = scenario_prompts(lm, s, order, frames)
+        primary, twin, rotated, _ = pair_prompts(lm, s, order, frames)
         if len(primary) == len(twin):
             equal = (s, order, twin)
             break
@@ -80,7 +80,7 @@ def test_the_grid_on_smollm2_against_plain_forwards():
     at = {(r["direction"], r["group"], r["layer"]): r for r in rows}
     assert {g for _, g, _ in at} == set(PATCH_GROUPS) and rows[0]["unpaired"] == 0
     noised = at[("noising", "span", 0)]
-    r = scenario_prompts(lm, s, order, frames)[3]
+    r = pair_prompts(lm, s, order, frames)[3]
     probs = plain_last(lm.model, twin).softmax(-1)
     mass = [float(probs[list(forms)].sum()) for forms in lm.letters(r.letters).token_ids]
     twin_ld = logit_difference(mass, r.letters.index(r.violating_letter))
@@ -91,3 +91,43 @@ def test_the_grid_on_smollm2_against_plain_forwards():
             assert at[(direction, group, last)]["ld"] == pytest.approx(at[(direction, group, last)]["ld_clean"], abs=TOL)
         for group in ("options", "context", "read"):  # the same tokens: the same embeddings
             assert at[(direction, group, 0)]["ld"] == pytest.approx(at[(direction, group, 0)]["ld_clean"], abs=TOL)
+
+
+@pytest.mark.smollm
+def test_the_filler_swap_control_reads_the_twin_with_another_scenarios_filler():
+    """The control pair: its first prompt is the twin, its second the twin's chat with the partner's filler sentence
+    put in by hand; its unpatched reads are plain forwards of those two, and at the last layer the read position's
+    patch is the other prompt's read."""
+    from dataclasses import replace
+
+    from engine.render import encode_prompt
+    from panels.frames import render
+    from readouts.gap.prompts import prompt_of
+
+    lm = get_model("smollm2-135m")
+    frames = PROFILES["quick"].frames
+    last = n_depths(lm.model) - 1
+    records = load_panel(resolve_panel("gap-v2")).records[:3]
+    s = records[0]
+    partner = filler_partner(records, s)
+    assert partner is records[1] and partner.filler != s.filler
+    order = tuple(range(len(s.options)))
+    twin = prompt_of(render(s, AGENT_FRAME, "twin", order, frames))
+    assert s.filler in "".join(m["content"] for m in twin.messages)
+    by_hand = replace(twin, messages=tuple({**m, "content": m["content"].replace(s.filler, partner.filler)}
+                                           for m in twin.messages))
+    first, second, _, r = pair_prompts(lm, s, order, frames, "filler_swap", partner.filler)
+    assert first == tuple(encode_prompt(lm.tokenizer, twin)) and second == tuple(encode_prompt(lm.tokenizer, by_hand))
+    rows = patch_grid(lm, s, order, frames, [last], pair="filler_swap", partner=partner)
+    v = r.letters.index(r.violating_letter)
+
+    def ld(ids):
+        probs = plain_last(lm.model, ids).softmax(-1)
+        return logit_difference([float(probs[list(f)].sum()) for f in lm.letters(r.letters).token_ids], v)
+
+    at = {(x["direction"], x["group"]): x for x in rows}
+    assert {x["pair"] for x in rows} == {"filler_swap"} and {x["filler_of"] for x in rows} == {partner.id}
+    assert at[("noising", "read")]["ld_clean"] == pytest.approx(ld(first), abs=TOL)
+    assert at[("noising", "read")]["ld_source"] == pytest.approx(ld(second), abs=TOL)
+    for direction in ("noising", "denoising"):
+        assert at[(direction, "read")]["ld"] == pytest.approx(at[(direction, "read")]["ld_source"], abs=TOL)
