@@ -28,7 +28,7 @@ from readouts.chunks import WINDOW_DEFAULT, windows  # noqa: E402
 from readouts.driver import ModelOptions, RunOptions, _resolve  # noqa: E402
 from readouts.gap.study import GapStudy  # noqa: E402
 from readouts.nsi.study import NsiStudy  # noqa: E402
-from readouts.plan import GPUS, gpu_batch_bounds, head_copy_of, model_size, plan_lines, plan_table  # noqa: E402
+from readouts.plan import GPUS, gpu_batch_bounds, model_size, plan_lines, plan_table  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(_spec)
@@ -49,10 +49,9 @@ def plan(study_name: str, arch: str, gpu: str, window: int):
     header = (f"plan: {arch} architecture (SmolLM2's tokenizer) on {panel}, profile paper, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     rows = plan_table(stages, size, gpu)
-    server = vllm_plan.server_for(gpu, size, head_copy_of(config, size))
-    drawn = plan_table(stages, size, gpu, lambda st, sz, dev: vllm_plan.vllm_estimate(st, sz, dev, server))
+    drawn, assumed = vllm_plan.vllm_plan_table(stages, size, gpu, config)
     lines = plan_lines(rows, size, gpu, header)
-    lines += ["", "with --generator vllm:", *plan_lines(drawn, size, gpu, header, vllm_plan.server_line(server))[3:]]
+    lines += ["", "with --generator vllm:", *plan_lines(drawn, size, gpu, header, assumed)[3:]]
     return rows, lines, job.profile, drawn[-1]
 
 

@@ -163,7 +163,7 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     the model's tokenizer and config alone (no weights load); with a vLLM generator, its rollouts drawn by the server
     (readouts/vllm_plan.py). Returns (rows, model size, header line, what a vLLM estimate assumed or None)."""
     from engine.loading import load_tokenizer_config
-    from readouts.plan import gpu_batch_bounds, head_copy_of, model_size, plan_table
+    from readouts.plan import gpu_batch_bounds, model_size, plan_table
 
     job = _resolve(study, options)
     workload = getattr(study, "workload", None)
@@ -178,11 +178,10 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     if options.generation.engine == "own":
         return plan_table(stages, size, gpu), size, header, None
-    from readouts import vllm_plan
+    from readouts.vllm_plan import vllm_plan_table
 
-    server = vllm_plan.server_for(gpu, size, head_copy_of(config, size))
-    timed = lambda stage, size, device: vllm_plan.vllm_estimate(stage, size, device, server)  # noqa: E731
-    return plan_table(stages, size, gpu, timed), size, header, vllm_plan.server_line(server)
+    rows, assumed = vllm_plan_table(stages, size, gpu, config)
+    return rows, size, header, assumed
 
 
 def run(study: Study, options: RunOptions, log=print, result=None) -> Path:

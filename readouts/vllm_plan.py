@@ -126,3 +126,12 @@ def server_line(server: Server) -> str:
             f"{server.concurrency:,} requests in flight), {server.kv_tokens:,} tokens of key/value room "
             f"({GPU_SHARE:.0%} of the memory both copies of the model leave); a step takes at least {HOST_FLOOR * 1e3:.2f} ms of host "
             "time; not counted: the server's start-up and its scheduler's time per step (not measured on a GPU)")
+
+
+def vllm_plan_table(stages: list[StageWork], size: ModelSize, gpu_name: str, config) -> tuple[list[dict], str]:
+    """readouts.plan.plan_table's rows with every stage's rollouts drawn by a vLLM server on `gpu_name` (the model's
+    `config` gives the own reader's head copy), and what the estimate assumed (server_line)."""
+    from readouts.plan import head_copy_of, plan_table
+
+    server = server_for(gpu_name, size, head_copy_of(config, size))
+    return plan_table(stages, size, gpu_name, lambda st, sz, dev: vllm_estimate(st, sz, dev, server)), server_line(server)
