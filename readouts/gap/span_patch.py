@@ -133,8 +133,10 @@ def patch_grid(lm, scenario, order, frames, depths, key: dict | None = None, pai
 
 
 def grid_rows(runner, scenarios, agent_reads) -> list[dict]:
-    """patch_grid.parquet rows of a chunk: each scenario read in both cells, in D's first `patch_orders` option
-    orders, at every `grid_stride`-th depth and the last (readouts.gap.depth.patch_depths)."""
+    """patch_grid.parquet rows of a chunk: each scenario read in both cells, its pressure pair and its filler-swap
+    control (with the filler of `filler_partner`; none when no other scenario in the chunk has another filler), in
+    D's first `patch_orders` option orders, at every `grid_stride`-th depth and the last
+    (readouts.gap.depth.patch_depths)."""
     from readouts.gap.depth import _order_of, patch_depths
 
     lm, profile = runner.lm, runner.profile
