@@ -204,8 +204,8 @@ def write_grid(grid: pd.DataFrame, out: Path, seed: int, n_boot: int, written: l
 
 
 def grid_lines(summary: pd.DataFrame) -> list[str]:
-    """Per direction and group below the last layer: where the pressure pair's patch restores the most, with its CI,
-    and the control pair's largest move there and anywhere (PATCH_PAIRS)."""
+    """Per direction and group below the last layer: where the pressure pair's patch restores the most, with its CI
+    and its move, and the control pair's (PATCH_PAIRS) largest move at any of those layers."""
     lines = []
     below = summary[summary.layer < summary.layer.max()]
     pressure, control = (below[below.pair == p] for p in PATCH_PAIRS)

@@ -123,6 +123,8 @@ def test_readout_stats_and_report_on_a_depth_run(depth_run, tmp_path):
 
     lines = run_depth_report(depth_run, out_dir=depth_run / "stats", n_boot=200)
     assert any(line.startswith("depth: wrote") for line in lines)
+    grid = [line for line in lines if line.startswith("depth: patching grid, noising span: ")]
+    assert len(grid) == 1 and "; the filler swap moves at most " in grid[0]
     for name in (*DEPTH_FIGURES, *DEPTH_TABLES):
         assert (depth_run / "stats" / name).is_file(), name
     out = tmp_path / "report.html"
