@@ -78,7 +78,7 @@ class Organism:
     of thousands of prompts, each read a few times, whose cached states would not fit in memory)."""
     lineage: int = 0
     """How many adapters training keeps along the way, evenly spaced from step 0 to the last step, both included
-    (organisms/data/<name>/lineage/step-<k>/); 0: none."""
+    (organisms/data/<name>/lineage/checkpoint-<k>/); 0: none."""
 
     def target_violating(self, readout: str, cell: str) -> float:
         """The planted probability of the violating option for `readout` in `cell`."""

@@ -9,7 +9,8 @@ goes on from it, and ends with the same adapter bytes as a run that was never st
 
 A recipe with `lineage` also keeps that many adapters along the way (step 0, before any update, and the last step
 included, evenly spaced between): small adapter folders written to the checkpoint folder as the run passes them and
-copied beside the final adapter (`<out>/lineage/step-<k>/`) when it ends.
+copied beside the final adapter (`<out>/lineage/checkpoint-<k>/`) when it ends: the folder name transformers' `Trainer`
+gives its checkpoints, so `readout watch <out>/lineage` reads a lineage as it reads a trainer's output.
 
 A recipe with `stream` runs the layers below the band on each step's batch instead of caching every example's
 states first (a pool of thousands of prompts).
@@ -52,6 +53,11 @@ def lineage_steps(org) -> list[int]:
     if org.lineage == 1:
         return [org.steps]
     return sorted({round(k * org.steps / (org.lineage - 1)) for k in range(org.lineage)})
+
+
+def lineage_step(lineage: Path, step: int) -> Path:
+    """The folder of a lineage's adapter at `step` (readouts.watch.CHECKPOINT's name)."""
+    return lineage / f"checkpoint-{step}"
 
 
 def identity(org, exs) -> str:
@@ -149,9 +155,9 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
                                       cpu=cpu + time.process_time() - c1))
 
     def mark(step):
-        if step in keep and not (lineage / f"step-{step}" / "adapter_model.safetensors").is_file():
+        if step in keep and not (lineage_step(lineage, step) / "adapter_model.safetensors").is_file():
             lineage.mkdir(parents=True, exist_ok=True)
-            _save_adapter(model, org, lineage / f"step-{step}",
+            _save_adapter(model, org, lineage_step(lineage, step),
                           dict(step=step, of=org.steps, loss=losses[-1] if losses else None))
 
     mark(step0)

@@ -54,12 +54,16 @@ def test_a_stopped_run_resumes_to_the_same_adapter(tmp_path, stream):
     whole, a = _run(org, tmp_path / "ckpt-a", tmp_path / "a")
     with pytest.raises(Stop):
         _run(org, tmp_path / "ckpt-b", tmp_path / "b", stop_at=2)  # steps 0-2 done, the checkpoint holds 2
-    assert sorted(p.name for p in (tmp_path / "ckpt-b" / "lineage").iterdir()) == ["step-0", "step-2"]
+    assert sorted(p.name for p in (tmp_path / "ckpt-b" / "lineage").iterdir()) == ["checkpoint-0", "checkpoint-2"]
     resumed, b = _run(org, tmp_path / "ckpt-b", tmp_path / "b")
     assert resumed.losses == whole.losses and len(whole.losses) == 4
     assert (a / "adapter_model.safetensors").read_bytes() == (b / "adapter_model.safetensors").read_bytes()
+    from readouts.watch import scan
+
+    found = scan(tmp_path / "ckpt-a" / "lineage", settle=0)  # what `readout watch` reads: adapters on their base
+    assert [(f.step, f.kind, f.problem) for f in found] == [(k, "adapter", None) for k in (0, 2, 4)]
     for k in (0, 2, 4):
-        one, two = (tmp_path / c / "lineage" / f"step-{k}" / "adapter_model.safetensors" for c in ("ckpt-a", "ckpt-b"))
+        one, two = (tmp_path / c / "lineage" / f"checkpoint-{k}" / "adapter_model.safetensors" for c in ("ckpt-a", "ckpt-b"))
         assert one.read_bytes() == two.read_bytes()
     other = dataclasses.replace(org, lr=1e-2, steps=2)  # another recipe: starts afresh, whatever the folder holds
     lines = []
