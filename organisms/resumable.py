@@ -115,7 +115,7 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
     start = org.band[0]
     exact = T.at_loss_positions(model, org)
     deep = org.frozen_context and not T.exact_at_positions(model, org)
-    cached = None if org.stream else T.frozen_states(model, exs, start, exact, None if deep else base_key)
+    cached = None if org.stream else T.frozen_states(model, exs, start, exact, None if deep else base_key, say)
     t1, c1 = time.perf_counter(), time.process_time()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=org.lr, weight_decay=0.0)

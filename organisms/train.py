@@ -139,25 +139,37 @@ def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> li
     return out
 
 
-def frozen_states(model, exs: list[Example], start_layer: int, exact: bool, base_key: str | None) -> list[Cached]:
+SHARD = 256
+"""Examples per file of the frozen layers' cache: a pass over thousands of prompts (an hour on two cores) is kept as
+it goes, so a stopped run resumes it from the last file written."""
+
+
+def frozen_states(model, exs: list[Example], start_layer: int, exact: bool, base_key: str | None, log=None) -> list[Cached]:
     """`_frozen_pass`, with each example's result kept in the cache folder under `base_key` (the base model's
-    identity), so organisms trained on the same prompts (every gap organism) pay for the frozen layers once."""
+    identity), so organisms trained on the same prompts (every gap organism) pay for the frozen layers once. The
+    results are written SHARD examples to a file as they are computed; `log` gets a line per file."""
     if base_key is None:
         return _frozen_pass(model, exs, start_layer, exact)
     keys = [hashlib.sha256(repr((base_key, start_layer, exact, ex.ids, ex.soft_at, tuple(p for p, _ in ex.hard))).encode())
             .hexdigest()[:24] for ex in exs]
-    folder = cache_root() / "organisms"
+    folder = cache_root() / "organisms" / f"frozen-{hashlib.sha256(base_key.encode()).hexdigest()[:12]}-L{start_layer}"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"frozen-{hashlib.sha256(base_key.encode()).hexdigest()[:12]}-L{start_layer}.pt"
-    with build_lock(path.name):
-        kept = torch.load(path) if path.exists() else {}
+    with build_lock(folder.name):
+        kept = {}
+        for shard in sorted(folder.glob("*.pt")):
+            kept.update(torch.load(shard))
         todo = [i for i, k in enumerate(keys) if k not in kept]
-        if todo:
-            for i, c in zip(todo, _frozen_pass(model, [exs[i] for i in todo], start_layer, exact)):
-                kept[keys[i]] = (c.start, c.hidden, c.keys, c.values)  # plain tensors: torch.load's safe mode reads them
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            torch.save(kept, tmp)
-            tmp.replace(path)
+        for n in range(0, len(todo), SHARD):
+            part = todo[n: n + SHARD]
+            got = {keys[i]: (c.start, c.hidden, c.keys, c.values)  # plain tensors: torch.load's safe mode reads them
+                   for i, c in zip(part, _frozen_pass(model, [exs[i] for i in part], start_layer, exact))}
+            name = hashlib.sha256("".join(sorted(got)).encode()).hexdigest()[:16]
+            tmp = folder / f".{name}.tmp{os.getpid()}"
+            torch.save(got, tmp)
+            tmp.replace(folder / f"{name}.pt")
+            kept.update(got)
+            if log is not None:
+                log(f"frozen layers below {start_layer}: {n + len(part)} of {len(todo)} examples cached ({folder})")
     return [Cached(*kept[k]) for k in keys]
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 
 import pytest
+import torch
 
 from engine.loading import load_model
 from organisms import examples as ex_mod
@@ -72,3 +73,37 @@ def test_a_stopped_run_resumes_to_the_same_adapter(tmp_path, stream):
     fresh = resumable.fit_resumable(lm, other, tmp_path / "ckpt-b", exs=exs, every=2, log=lines.append)
     assert len(fresh.losses) == 2 and fresh.losses[0] == whole.losses[0] and fresh.losses[1] != whole.losses[1]
     assert any("starting afresh" in line for line in lines)
+
+
+def test_the_frozen_layers_cache_resumes_from_its_last_file(tmp_path, monkeypatch):
+    """The frozen pass is written a shard at a time: stopped after the first shard, a second call computes only the
+    examples not yet written, and every example's cached states equal an uncached pass."""
+    monkeypatch.setenv("LOGIT_READOUT_CACHE", str(tmp_path))
+    monkeypatch.setattr(train, "SHARD", 2)
+    n = _base().model.config.num_hidden_layers
+    org = tiny_recipe(units=1, band=(n - 2, n - 1), targets_modules=("q_proj", "k_proj", "v_proj"))
+    lm = _fresh()
+    exs = _examples(org, lm)
+    model = train.lora_model(lm, org)
+    plain = train._frozen_pass(model, exs, n - 2, False)
+    real, asked = train._frozen_pass, []
+
+    def counted(model_, part, *args):
+        asked.append(len(part))
+        if len(asked) == 2:
+            raise Stop
+        return real(model_, part, *args)
+
+    monkeypatch.setattr(train, "_frozen_pass", counted)
+    with pytest.raises(Stop):
+        train.frozen_states(model, exs, n - 2, False, "tiny")
+    assert asked == [2, 2] and len(list((tmp_path / "organisms").glob("frozen-*/*.pt"))) == 1
+    asked.clear()
+    lines = []
+    got = train.frozen_states(model, exs, n - 2, False, "tiny", lines.append)
+    assert asked == [len(exs) - 2] and len(lines) == 1
+    for a, b in zip(got, plain):
+        assert a.start == b.start and torch.equal(a.hidden, b.hidden)
+    asked.clear()
+    train.frozen_states(model, exs, n - 2, False, "tiny")
+    assert asked == []
