@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         if step % args.every == 0:
             print(f"step {step} loss {loss:.4f} {time.time() - t0:.0f}s", flush=True)
 
-    fitted = T.fit(lm, org, progress=progress)
+    fitted = T.fit(lm, org, progress=progress, base_key=Path(lm.facts.path).name)  # the frozen pass kept on disk
     print("seconds", {k: round(v) for k, v in fitted.seconds.items()}, flush=True)
     if args.out is not None:
         fitted.model.save_pretrained(str(args.out))
