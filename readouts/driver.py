@@ -173,7 +173,7 @@ def plan_run(study: Study, options: RunOptions, gpu: str) -> tuple[list[dict], o
     size = model_size(config)
     bounds = gpu_batch_bounds(config, size, gpu, options.model.token_budget)
     window = _window(study, options, "cuda")
-    stages = workload(tokenizer, windows(job.chunks, window), job.profile, job.seed, bounds)
+    stages = workload(tokenizer, windows(job.chunks, window), job.profile, job.seed, bounds, config.num_hidden_layers)
     header = (f"plan: {options.model.model} on {job.panel.name}, profile {job.profile.name}, {len(job.records)} records "
               f"in {len(job.chunks)} chunks of {job.profile.chunk_size}, decoded {window} chunks at a time")
     if options.generation.engine == "own":
@@ -356,7 +356,7 @@ def _planned(study: Study, lm, units, profile, seed: int, token_budget: int | No
     from engine.generation import batch_bounds
 
     bounds = batch_bounds(lm.model, lm.model.get_input_embeddings().weight.device, token_budget)
-    stages = workload(lm.tokenizer, units, profile, seed, bounds)
+    stages = workload(lm.tokenizer, units, profile, seed, bounds, lm.model.config.num_hidden_layers)
     return {"workload_by_stage": {st.stage: {k: v for k, v in asdict(st).items() if k != "stage"} for st in stages}}
 
 

@@ -1,19 +1,26 @@
 """The judgment-action run's workload, stage by stage, as GapRunner would compute it (for `--plan`):
 the same stages, seeded option orders, rendered frames and token budgets, tokenized with the model's own
 tokenizer; generation prompts planned into prefix trees window by window (the chunks a run decodes
-together) as the decoder plans them.
+together) as the decoder plans them. A depth run (`--readouts ...,depth`) adds a `depth` stage: the forward passes
+its patching makes beyond the reads (the logit and tuned lens read the reads' own residuals, at no cost).
 """
 
 from __future__ import annotations
 
+from contract.names import DEPTH_CELLS, PATCH_GROUPS, PATCH_PAIRS
 from contract.readouts import FIRST_TOKEN
 from engine.generation import BatchBounds, batch_shape, plan_batches
 from engine.render import encode_prompts
 from panels.frames import render
+from readouts.gap.depth import JUDGE_FRAME, foreign_partner, patch_depths
 from readouts.gap.profile import GapProfile, cells_read
 from readouts.gap.prompts import prompt_of
 from readouts.gap.recipe import ANCHOR_ALLOWANCE, generation_calls, generation_jobs, orders_for, stages
+from readouts.gap.span_patch import AGENT_FRAME, filler_partner, pair_prompts
 from readouts.plan import StageWork, shared_tokens
+
+DEPTH_STAGE = "depth"
+"""The plan's stage of a depth run's patching forwards."""
 
 
 def _first_token(st: StageWork, tok, chunk, spec, profile: GapProfile, seed: int) -> None:
@@ -70,16 +77,73 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
                         st.reread_tokens_max += reads * (budgets[i] + ANCHOR_ALLOWANCE)
 
 
-def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int, bounds: BatchBounds) -> list[StageWork]:
+def _patch_forwards(tok, chunk, spec, profile: GapProfile, seed: int, layers: int) -> list[int]:
+    """The prompt length of each forward pass readouts.gap.depth.patch_rows makes for one chunk: each patch source's
+    own read (the letter-only judge of the scenario and of its foreign partner, the partner's agent prompt; the twin's
+    read is the run's own) and each primary agent read of D's first `patch_orders` orders patched at every patched
+    depth from each source it has."""
+    if profile.patch_stride < 1:
+        return []
+    depths, sources, out = patch_depths(layers, profile.patch_stride), {}, []
+    for s in chunk:
+        cells = [c for c in cells_read(s, profile) if spec.reads_cell(c)]
+        if DEPTH_CELLS[0] not in cells:
+            continue
+        partner = foreign_partner(chunk, s)
+        for order in orders_for(s, spec, profile, seed)[: profile.patch_orders]:
+            for source, frame in ((s, JUDGE_FRAME), (partner, JUDGE_FRAME), (partner, AGENT_FRAME)):
+                if source is not None:
+                    sources[(source.id, frame, order)] = render(source, frame, DEPTH_CELLS[0], order, profile.frames)
+            n = 1 + (DEPTH_CELLS[1] in cells) + 2 * (partner is not None)
+            agent = render(s, AGENT_FRAME, DEPTH_CELLS[0], order, profile.frames)
+            out += [len(encode_prompts(tok, [prompt_of(agent)])[0])] * (n * len(depths))
+    return out + [len(ids) for ids in encode_prompts(tok, [prompt_of(r) for r in sources.values()])]
+
+
+def _grid_forwards(tok, chunk, spec, profile: GapProfile, seed: int, layers: int) -> list[int]:
+    """The prompt length of each forward pass readouts.gap.span_patch.grid_rows makes for one chunk: per scenario read
+    in both cells, order (D's first `patch_orders`) and pair (the filler swap where the chunk has a partner), both
+    prompts' streams and plain reads, and each group at every grid depth patched in both directions."""
+    if profile.grid_stride < 1:
+        return []
+    depths, out = patch_depths(layers, profile.grid_stride), []
+    for s in chunk:
+        if not set(DEPTH_CELLS[:2]) <= {c for c in cells_read(s, profile) if spec.reads_cell(c)}:
+            continue
+        partner = filler_partner(chunk, s)
+        for order in orders_for(s, spec, profile, seed)[: profile.patch_orders]:
+            for pair in PATCH_PAIRS[: 1 if partner is None else 2]:
+                first, second, _, _ = pair_prompts(tok, s, order, profile.frames, pair, partner and partner.filler)
+                out += [len(first), len(second)] * (2 + len(PATCH_GROUPS) * len(depths))
+    return out
+
+
+def _depth(st: StageWork, tok, window, spec, profile: GapProfile, seed: int, layers: int) -> None:
+    """A depth run's patching forwards of one window, chunk by chunk (a chunk's patch partners are its own
+    scenarios): each a plain forward of a whole prompt, none sharing a prefix."""
+    for i in range(0, len(window), profile.chunk_size):
+        chunk = window[i: i + profile.chunk_size]
+        lengths = _patch_forwards(tok, chunk, spec, profile, seed, layers) + _grid_forwards(tok, chunk, spec, profile, seed, layers)
+        st.prompts += len(lengths)
+        st.reads += len(lengths)
+        st.prompt_tokens += sum(lengths)
+        st.computed_tokens += sum(lengths)
+
+
+def gap_workload(tok, chunks, profile: GapProfile, groups, seed: int, bounds: BatchBounds,
+                 depth_layers: int | None = None) -> list[StageWork]:
     """Per stage, the run's workload over all `chunks` (lists of scenarios: each the records of one window, which
     the run computes together); decoding batches as `generate` forms them under `bounds` (the run's device, or the
-    GPU planned for)."""
+    GPU planned for). `depth_layers`: a depth run's model's decoder layers (its patching forwards, stage `depth`)."""
     out: dict[str, StageWork] = {}
     for chunk in chunks:
         for name, specs in stages(groups, profile):
             st = out.setdefault(name, StageWork(name))
             if specs[0].read == FIRST_TOKEN:
                 _first_token(st, tok, chunk, specs[0], profile, seed)
+                if depth_layers is not None and name == "D":
+                    _depth(out.setdefault(DEPTH_STAGE, StageWork(DEPTH_STAGE)), tok, chunk, specs[0], profile, seed,
+                           depth_layers)
             else:
                 _generated(st, tok, chunk, specs, profile, seed, bounds)
     return list(out.values())

@@ -86,7 +86,7 @@ def logit_difference(mass, violating: int) -> float:
     return logs[violating] - sum(others) / len(others)
 
 
-def pair_prompts(lm, scenario, order, frames, pair: str = "pressure", filler=None) -> tuple[tuple, tuple, tuple, object]:
+def pair_prompts(tok, scenario, order, frames, pair: str = "pressure", filler=None) -> tuple[tuple, tuple, tuple, object]:
     """Token ids of a pair's two agent prompts (contract.names.PATCH_PAIRS) and of its first with `order` rotated by
     one, and the first's rendering (its letters and violating letter). `pressure`: the primary cell and the twin;
     `filler_swap`: the twin and the twin with `filler` (another scenario's filler sentence) in its sentence's place."""
@@ -95,7 +95,7 @@ def pair_prompts(lm, scenario, order, frames, pair: str = "pressure", filler=Non
     (cell, other), rotated_order = PAIR_CELLS[pair], tuple(order[1:]) + tuple(order[:1])
     first, second = scenario, scenario if pair == "pressure" else dataclasses.replace(scenario, filler=filler)
     r = render(first, AGENT_FRAME, cell, order, frames)
-    ids = [tuple(encode_prompt(lm.tokenizer, prompt_of(render(x, AGENT_FRAME, c, o, frames))))
+    ids = [tuple(encode_prompt(tok, prompt_of(render(x, AGENT_FRAME, c, o, frames))))
            for x, c, o in ((first, cell, order), (second, other, order), (first, cell, rotated_order))]
     return (*ids, r)
 
@@ -106,7 +106,7 @@ def patch_grid(lm, scenario, order, frames, depths, key: dict | None = None, pai
     read's logit difference and violating share, beside the unpatched reads of both prompts (each row starts with
     `key`). `partner`: the scenario whose filler the `filler_swap` pair's second prompt carries."""
     filler = None if partner is None else partner.filler
-    first, second, rotated, r = pair_prompts(lm, scenario, order, frames, pair, filler)
+    first, second, rotated, r = pair_prompts(lm.tokenizer, scenario, order, frames, pair, filler)
     pairing = pair_positions(first, second, rotated)
     letters = lm.letters(r.letters)
     v = r.letters.index(r.violating_letter)

@@ -138,13 +138,14 @@ class GapStudy:
                         n = len(encode_prompt(lm.tokenizer, prompt)) + extra
                         lm.check_fits(n, f"{s.source}: context ({frame}, {cell})")
 
-    def workload(self, tokenizer, chunks, profile, seed: int, bounds):
+    def workload(self, tokenizer, chunks, profile, seed: int, bounds, layers: int | None = None):
         """The run's workload per stage without a model (`--plan`; readouts/gap/plan.py); decoding batches as
-        `generate` forms them under `bounds` (engine.generation.BatchBounds)."""
+        `generate` forms them under `bounds` (engine.generation.BatchBounds); a depth run's patching forwards for a
+        model of `layers` decoder layers (none counted without it)."""
         from readouts.gap.plan import gap_workload
 
         groups = parse_readouts(self.readouts, getattr(tokenizer, "chat_template", None) is not None)
-        return gap_workload(tokenizer, chunks, profile, groups, seed, bounds)
+        return gap_workload(tokenizer, chunks, profile, groups, seed, bounds, layers if wants_depth(self.readouts) else None)
 
     def work(self, record, profile) -> int:
         return reads_per_scenario(record, profile, self.groups)

@@ -78,7 +78,7 @@ class NsiStudy:
     def work(self, record, profile) -> int:
         return len(FRAMINGS) * (1 + profile.samples)
 
-    def workload(self, tokenizer, chunks, profile, seed: int, bounds):
+    def workload(self, tokenizer, chunks, profile, seed: int, bounds, layers: int | None = None):
         """The run's workload per stage without a model (`--plan`; readouts/nsi/plan.py)."""
         from readouts.nsi.plan import nsi_workload
 

@@ -203,15 +203,15 @@ class SteerStudy(GapStudy):
         part = self.part_of.get(record.id, TEST)
         return reads_per_scenario(record, profile, self.groups) * max(1, sum(part in c.parts for c in self.conditions))
 
-    def workload(self, tokenizer, chunks, profile, seed: int, bounds):
+    def workload(self, tokenizer, chunks, profile, seed: int, bounds, layers: int | None = None):
         """The grid's workload per stage without a model (`--plan`; readouts/steer/plan.py)."""
         from readouts.steer.plan import steer_workload
 
-        base = super().workload(tokenizer, chunks, profile, seed, bounds)
+        base = super().workload(tokenizer, chunks, profile, seed, bounds, layers)
         parts = {}
         for p in (SELECTION, TEST):
             mine = [kept for w in chunks if (kept := [r for r in w if self.part_of.get(r.id) == p])]
-            parts[p] = super().workload(tokenizer, mine, profile, seed, bounds) if mine else []
+            parts[p] = super().workload(tokenizer, mine, profile, seed, bounds, layers) if mine else []
         return steer_workload(tokenizer, self, base, parts, profile, seed)
 
     def runner(self, lm, profile, seed, options, bar, generate=None):

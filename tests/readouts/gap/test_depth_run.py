@@ -177,3 +177,32 @@ def test_patch_grid_rows_equal_hand_patched_forwards(depth_run):
         assert abs(want - row.ld) < 1e-4, (row.scenario_id, row.direction, row.layer)
         checked += 1
     assert checked == len(per) * len(PATCH_PAIRS) * 2 * len([d for d in depths if d < n])
+
+
+def test_the_plan_counts_every_patching_forward_the_run_made(depth_run):
+    """`--plan`'s depth stage: as many forward passes as the run's tables show it made. Each patching row is a
+    patched forward; each distinct source prompt (a judge prompt, the foreign partner's agent prompt) one more read
+    (the twin's agent read is the run's own); each grid row a patched forward, and each scenario, order and pair
+    four more (both prompts' streams and plain reads)."""
+    import json
+
+    from engine.generation import batch_bounds
+    from readouts.gap.plan import DEPTH_STAGE
+
+    lm = get_model(MODEL)
+    manifest = json.loads((depth_run / "manifest.json").read_text())
+    panel = {s.id: s for s in load_panel("gap-v2").records}
+    records = [panel[i] for i in manifest["panel"]["records_read"]]
+    patched, grid = pd.read_parquet(depth_run / PATCHING.file), pd.read_parquet(depth_run / PATCH_GRID.file)
+    read = patched[patched.source != "twin_agent"]
+    frames = read.source.map({"judge": "judge", "foreign_judge": "judge", "foreign_agent": "agent"})
+    sources = len(set(zip(read.source_scenario_id, frames, read.order)))
+    made = len(patched) + sources + len(grid) + 4 * len(grid.groupby(["scenario_id", "order_index", "pair"]))
+    n = lm.model.config.num_hidden_layers
+    bounds = batch_bounds(lm.model, torch.device("cpu"), None)
+    stages = GapStudy(readouts="D,J0,depth").workload(lm.tokenizer, [records], DEPTH_PROFILE, 0, bounds, n)
+    (depth,) = [st for st in stages if st.stage == DEPTH_STAGE]
+    assert depth.prompts == made and len(patched) > 0 and len(grid) > 0
+    assert depth.prompt_tokens == depth.computed_tokens > made * 20
+    plain = GapStudy(readouts="D,J0").workload(lm.tokenizer, [records], DEPTH_PROFILE, 0, bounds, n)
+    assert DEPTH_STAGE not in {st.stage for st in plain}

@@ -70,7 +70,7 @@ def test_the_grid_on_smollm2_against_plain_forwards():
     equal = None
     for s in load_panel(resolve_panel("gap-v2")).records:
         order = tuple(range(len(s.options)))
-        primary, twin, rotated, _ = pair_prompts(lm, s, order, frames)
+        primary, twin, rotated, _ = pair_prompts(lm.tokenizer, s, order, frames)
         if len(primary) == len(twin):
             equal = (s, order, twin)
             break
@@ -80,7 +80,7 @@ def test_the_grid_on_smollm2_against_plain_forwards():
     at = {(r["direction"], r["group"], r["layer"]): r for r in rows}
     assert {g for _, g, _ in at} == set(PATCH_GROUPS) and rows[0]["unpaired"] == 0
     noised = at[("noising", "span", 0)]
-    r = pair_prompts(lm, s, order, frames)[3]
+    r = pair_prompts(lm.tokenizer, s, order, frames)[3]
     probs = plain_last(lm.model, twin).softmax(-1)
     mass = [float(probs[list(forms)].sum()) for forms in lm.letters(r.letters).token_ids]
     twin_ld = logit_difference(mass, r.letters.index(r.violating_letter))
@@ -116,7 +116,7 @@ def test_the_filler_swap_control_reads_the_twin_with_another_scenarios_filler():
     assert s.filler in "".join(m["content"] for m in twin.messages)
     by_hand = replace(twin, messages=tuple({**m, "content": m["content"].replace(s.filler, partner.filler)}
                                            for m in twin.messages))
-    first, second, _, r = pair_prompts(lm, s, order, frames, "filler_swap", partner.filler)
+    first, second, _, r = pair_prompts(lm.tokenizer, s, order, frames, "filler_swap", partner.filler)
     assert first == tuple(encode_prompt(lm.tokenizer, twin)) and second == tuple(encode_prompt(lm.tokenizer, by_hand))
     rows = patch_grid(lm, s, order, frames, [last], pair="filler_swap", partner=partner)
     v = r.letters.index(r.violating_letter)
