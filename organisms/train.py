@@ -90,10 +90,41 @@ class _Prefix:
         return torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
 
 
+SHARED_PREFIX = 64
+"""Tokens that prompts must share from their start for the frozen pass to run that prefix once for all of them (the
+option orders of one cell share everything before the options: most of the prompt)."""
+
+
+def _prefix_groups(exs: list[Example], exact: bool) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """The examples that share a prefix of at least SHARED_PREFIX tokens with a neighbour in sorted order, as (the
+    group's common prefix length, its examples), each group's suffixes within CACHE_BATCH_TOKENS; and the others. The
+    prefix ends before every member's last token (and, on the loss-position path, before its first loss position)."""
+    def cap(i):
+        ex = exs[i]
+        return min([len(ex.ids) - 1, *([ex.soft_at, *(p for p, _ in ex.hard)] if exact else [])])
+
+    groups: list[tuple[int, list[int]]] = []
+    for i in sorted(range(len(exs)), key=lambda k: exs[k].ids):
+        if groups:
+            shared, members = groups[-1]
+            first = exs[members[0]].ids
+            common = min(shared, cap(i), next((k for k, (a, b) in enumerate(zip(first, exs[i].ids)) if a != b),
+                                              min(len(first), len(exs[i].ids))))
+            widest = max(len(exs[j].ids) - common for j in (*members, i))
+            if common >= SHARED_PREFIX and widest * (len(members) + 1) <= CACHE_BATCH_TOKENS:
+                groups[-1] = (common, members + [i])
+                continue
+        groups.append((cap(i), [i]))
+    return [g for g in groups if len(g[1]) > 1], [g[1][0] for g in groups if len(g[1]) == 1]
+
+
 def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> list[Cached]:
     """Each example's input to layer `start_layer` from the frozen layers below it (and, on the loss-position path,
-    the keys and values of every layer from `start_layer` up before its first loss position), without gradient, in
-    length-sorted batches."""
+    the keys and values of every layer from `start_layer` up before its first loss position), without gradient:
+    prompts that share a prefix (_prefix_groups) run it once and their suffixes in one batch over its keys and
+    values; the others in length-sorted batches."""
+    from transformers import DynamicCache
+
     inner, _ = _decoder(model)
     caught = {}
 
@@ -105,34 +136,53 @@ def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> li
         if not exact:
             raise _Stop
 
+    def forward(ids, cache, offset: int = 0):
+        pos = torch.arange(offset, offset + ids.shape[1])[None].expand(ids.shape[0], -1)
+        with torch.no_grad():  # right padding: real positions never see the pads under the causal mask
+            try:
+                inner(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+            except _Stop:
+                pass
+        return caught["h"]
+
+    def batch_of(seqs):
+        ids = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = torch.tensor(seq)
+        return ids
+
+    def keep(j, h, cache, row):
+        ex = exs[j]
+        if exact:
+            s = min([ex.soft_at, *(p for p, _ in ex.hard)])
+            layers = cache.layers[start_layer:]
+            out[j] = Cached(s, h[s: len(ex.ids)].clone(),
+                            torch.cat([lay.keys[row: row + 1, :, :s] for lay in layers]).clone(),
+                            torch.cat([lay.values[row: row + 1, :, :s] for lay in layers]).clone())
+        else:
+            out[j] = Cached(0, h[: len(ex.ids)].clone())
+
     handle = inner.layers[start_layer].register_forward_pre_hook(grab, with_kwargs=True)
     out: list[Cached | None] = [None] * len(exs)
-    order = sorted(range(len(exs)), key=lambda i: len(exs[i].ids))
+    shared, alone = _prefix_groups(exs, exact)
     try:
+        for common, members in shared:
+            cache = DynamicCache()
+            head = forward(torch.tensor([exs[members[0]].ids[:common]]), cache)[0]
+            cache.batch_repeat_interleave(len(members))
+            tail = forward(batch_of([exs[j].ids[common:] for j in members]), cache, common)
+            for row, j in enumerate(members):
+                keep(j, torch.cat([head, tail[row]]), cache, row)
+        order = sorted(alone, key=lambda i: len(exs[i].ids))
         i = 0
         while i < len(order):
             group = [order[i]]
             while i + len(group) < len(order) and len(exs[order[i + len(group)]].ids) * (len(group) + 1) <= CACHE_BATCH_TOKENS:
                 group.append(order[i + len(group)])
-            ids = torch.zeros(len(group), max(len(exs[j].ids) for j in group), dtype=torch.long)
+            cache = DynamicCache()
+            h = forward(batch_of([exs[j].ids for j in group]), cache)
             for row, j in enumerate(group):
-                ids[row, : len(exs[j].ids)] = torch.tensor(exs[j].ids)
-            cache = None
-            with torch.no_grad():  # right padding: real positions never see the pads under the causal mask
-                try:
-                    cache = inner(input_ids=ids, use_cache=exact).past_key_values
-                except _Stop:
-                    pass
-            for row, j in enumerate(group):
-                ex, h = exs[j], caught["h"][row]
-                if exact:
-                    s = min([ex.soft_at, *(p for p, _ in ex.hard)])
-                    layers = cache.layers[start_layer:]
-                    out[j] = Cached(s, h[s: len(ex.ids)].clone(),
-                                    torch.cat([lay.keys[row: row + 1, :, :s] for lay in layers]).clone(),
-                                    torch.cat([lay.values[row: row + 1, :, :s] for lay in layers]).clone())
-                else:
-                    out[j] = Cached(0, h[: len(ex.ids)].clone())
+                keep(j, h[row], cache, row)
             i += len(group)
     finally:
         handle.remove()

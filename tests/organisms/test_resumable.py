@@ -107,3 +107,26 @@ def test_the_frozen_layers_cache_resumes_from_its_last_file(tmp_path, monkeypatc
     asked.clear()
     train.frozen_states(model, exs, n - 2, False, "tiny")
     assert asked == []
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_the_frozen_pass_runs_a_shared_prefix_once_and_gives_the_same_states(monkeypatch, exact):
+    """Prompts that share their start (the option orders of a cell) run it once, their suffixes over its keys and
+    values: every state and cached key and value equals the pass that runs each prompt whole."""
+    n = _base().model.config.num_hidden_layers
+    org = tiny_recipe(units=1, band=(n - 1, n - 1))
+    lm = _fresh()
+    exs = ex_mod.examples(org, lm)[:24]
+    model = train.lora_model(lm, org)
+    shared, alone = train._prefix_groups(exs, exact)
+    assert shared and sum(len(m) for _, m in shared) + len(alone) == len(exs)
+    assert all(c >= train.SHARED_PREFIX and len({tuple(exs[j].ids[:c]) for j in m}) == 1 for c, m in shared)
+    got = train._frozen_pass(model, exs, n - 1, exact)
+    monkeypatch.setattr(train, "SHARED_PREFIX", 10**9)
+    assert not train._prefix_groups(exs, exact)[0]
+    whole = train._frozen_pass(model, exs, n - 1, exact)
+    for a, b in zip(got, whole):
+        assert a.start == b.start and a.hidden.shape == b.hidden.shape
+        assert torch.allclose(a.hidden, b.hidden, atol=1e-5)
+        if exact:
+            assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
