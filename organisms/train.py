@@ -10,6 +10,7 @@ and the optimizer are seeded by the recipe's seed (same seed, same machine and t
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -96,26 +97,24 @@ option orders of one cell share everything before the options: most of the promp
 
 
 def _prefix_groups(exs: list[Example], exact: bool) -> tuple[list[tuple[int, list[int]]], list[int]]:
-    """The examples that share a prefix of at least SHARED_PREFIX tokens with a neighbour in sorted order, as (the
-    group's common prefix length, its examples), each group's suffixes within CACHE_BATCH_TOKENS; and the others. The
-    prefix ends before every member's last token (and, on the loss-position path, before its first loss position)."""
+    """The engine's one-level prefix plan of the examples' prompts (engine.planner.plan_prefix_groups): each group
+    of two or more that share at least SHARED_PREFIX tokens as (the prefix length, its examples), the prefix ending
+    before every member's last token (and, on the loss-position path, before its first loss position); and the
+    examples in no such group."""
+    from engine.planner import plan_prefix_groups
+
     def cap(i):
         ex = exs[i]
         return min([len(ex.ids) - 1, *([ex.soft_at, *(p for p, _ in ex.hard)] if exact else [])])
 
-    groups: list[tuple[int, list[int]]] = []
-    for i in sorted(range(len(exs)), key=lambda k: exs[k].ids):
-        if groups:
-            shared, members = groups[-1]
-            first = exs[members[0]].ids
-            common = min(shared, cap(i), next((k for k, (a, b) in enumerate(zip(first, exs[i].ids)) if a != b),
-                                              min(len(first), len(exs[i].ids))))
-            widest = max(len(exs[j].ids) - common for j in (*members, i))
-            if common >= SHARED_PREFIX and widest * (len(members) + 1) <= CACHE_BATCH_TOKENS:
-                groups[-1] = (common, members + [i])
-                continue
-        groups.append((cap(i), [i]))
-    return [g for g in groups if len(g[1]) > 1], [g[1][0] for g in groups if len(g[1]) == 1]
+    shared, alone = [], []
+    for g in plan_prefix_groups([e.ids for e in exs], min_prefix=SHARED_PREFIX, nest=False):
+        common = min([g.prefix_len, *map(cap, g.members)])
+        if len(g.members) > 1 and common >= SHARED_PREFIX:
+            shared.append((common, list(g.members)))
+        else:
+            alone += g.members
+    return shared, alone
 
 
 def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> list[Cached]:
@@ -167,12 +166,15 @@ def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> li
     shared, alone = _prefix_groups(exs, exact)
     try:
         for common, members in shared:
-            cache = DynamicCache()
-            head = forward(torch.tensor([exs[members[0]].ids[:common]]), cache)[0]
-            cache.batch_repeat_interleave(len(members))
-            tail = forward(batch_of([exs[j].ids[common:] for j in members]), cache, common)
-            for row, j in enumerate(members):
-                keep(j, torch.cat([head, tail[row]]), cache, row)
+            prefix = DynamicCache()
+            head = forward(torch.tensor([exs[members[0]].ids[:common]]), prefix)[0]
+            per = max(1, CACHE_BATCH_TOKENS // max(len(exs[j].ids) - common for j in members))
+            for part in (members[k: k + per] for k in range(0, len(members), per)):
+                cache = copy.deepcopy(prefix)
+                cache.batch_repeat_interleave(len(part))
+                tail = forward(batch_of([exs[j].ids[common:] for j in part]), cache, common)
+                for row, j in enumerate(part):
+                    keep(j, torch.cat([head, tail[row]]), cache, row)
         order = sorted(alone, key=lambda i: len(exs[i].ids))
         i = 0
         while i < len(order):

@@ -122,10 +122,13 @@ def test_the_frozen_pass_runs_a_shared_prefix_once_and_gives_the_same_states(mon
     assert shared and sum(len(m) for _, m in shared) + len(alone) == len(exs)
     assert all(c >= train.SHARED_PREFIX and len({tuple(exs[j].ids[:c]) for j in m}) == 1 for c, m in shared)
     got = train._frozen_pass(model, exs, n - 1, exact)
+    with monkeypatch.context() as m:  # a group's suffixes in batches of one, each over its own copy of the prefix
+        m.setattr(train, "CACHE_BATCH_TOKENS", 1)
+        split = train._frozen_pass(model, exs, n - 1, exact)
     monkeypatch.setattr(train, "SHARED_PREFIX", 10**9)
     assert not train._prefix_groups(exs, exact)[0]
     whole = train._frozen_pass(model, exs, n - 1, exact)
-    for a, b in zip(got, whole):
+    for a, b in [*zip(got, whole), *zip(split, whole)]:
         assert a.start == b.start and a.hidden.shape == b.hidden.shape
         assert torch.allclose(a.hidden, b.hidden, atol=1e-5)
         if exact:
