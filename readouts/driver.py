@@ -356,7 +356,7 @@ def _planned(study: Study, lm, units, profile, seed: int, token_budget: int | No
     from engine.generation import batch_bounds
 
     bounds = batch_bounds(lm.model, lm.model.get_input_embeddings().weight.device, token_budget)
-    stages = workload(lm.tokenizer, units, profile, seed, bounds, lm.model.config.num_hidden_layers)
+    stages = workload(lm.tokenizer, units, profile, seed, bounds, getattr(lm.model.config, "num_hidden_layers", None))
     return {"workload_by_stage": {st.stage: {k: v for k, v in asdict(st).items() if k != "stage"} for st in stages}}
 
 
