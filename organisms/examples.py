@@ -54,6 +54,12 @@ class Example:
     hard: tuple[tuple[int, int], ...] = ()
     """(position, token id): the token that must follow `position`."""
 
+    @property
+    def loss_positions(self) -> tuple[int, ...]:
+        """Every position a loss reads (the soft target's and the hard targets'), in order: the first is where the
+        adapter's effect must be computed from, everything before it may come from the frozen model."""
+        return tuple(sorted({self.soft_at, *(p for p, _ in self.hard)}))
+
 
 def training_records(org):
     """The panel records an organism is trained on: every record of its split part (`org.part`), else the

@@ -105,7 +105,7 @@ def _prefix_groups(exs: list[Example], exact: bool) -> tuple[list[tuple[int, lis
 
     def cap(i):
         ex = exs[i]
-        return min([len(ex.ids) - 1, *([ex.soft_at, *(p for p, _ in ex.hard)] if exact else [])])
+        return min(len(ex.ids) - 1, ex.loss_positions[0]) if exact else len(ex.ids) - 1
 
     shared, alone = [], []
     for g in plan_prefix_groups([e.ids for e in exs], min_prefix=SHARED_PREFIX, nest=False):
@@ -153,7 +153,7 @@ def _frozen_pass(model, exs: list[Example], start_layer: int, exact: bool) -> li
     def keep(j, h, cache, row):
         ex = exs[j]
         if exact:
-            s = min([ex.soft_at, *(p for p, _ in ex.hard)])
+            s = ex.loss_positions[0]
             layers = cache.layers[start_layer:]
             out[j] = Cached(s, h[s: len(ex.ids)].clone(),
                             torch.cat([lay.keys[row: row + 1, :, :s] for lay in layers]).clone(),
@@ -280,7 +280,7 @@ def _band_logprobs(model, cached: list[Cached], batch: list[Example], start_laye
     states = _final_states(model, cached, start_layer)
     where, picked = [], []
     for ex, c, h in zip(batch, cached, states):
-        places = sorted({ex.soft_at, *(p for p, _ in ex.hard)})
+        places = list(ex.loss_positions)
         where.append({p: sum(len(w) for w in where) + k for k, p in enumerate(places)})
         picked.append(h[torch.tensor(places) - c.start])
     return torch.log_softmax(head(inner.norm(torch.cat(picked))).float(), dim=-1), where
