@@ -61,7 +61,9 @@ class Study(Protocol):
     def check_lengths(self, lm, records: Sequence, profile: Profile) -> None:
         """Raise ReadoutError (`file:line: context: N tokens > the model's M`) if a prompt cannot fit."""
     def stratum(self, record) -> str: ...
-    def work(self, record, profile: Profile) -> int: ...
+    def work(self, chunk: Sequence, profile: Profile, seed: int, layers: int | None) -> int:
+        """The progress bar's units for one chunk of records (reads, and a depth run's patching forwards for a model
+        of `layers` decoder layers)."""
     runner_type: type
     """The class of `runner`'s local runner (the run and `--plan` ask it whether it computes several chunks at once)."""
 
@@ -271,8 +273,10 @@ def _execute_loaded(job: _Job, ranks: _Ranks, rundir: RunDir, log, result, lm, g
             state.wait_for_everyone()
     from tqdm.auto import tqdm
 
-    total = sum(study.work(r, profile) for r in job.records)
-    done = sum(study.work(r, profile) for i, c in enumerate(chunks) if rundir.is_finished(i, [r.id for r in c]) for r in c)
+    layers = getattr(getattr(getattr(lm, "model", None), "config", None), "num_hidden_layers", None)
+    work = [study.work(c, profile, job.seed, layers) for c in chunks]
+    total = sum(work)
+    done = sum(n for i, (c, n) in enumerate(zip(chunks, work)) if rundir.is_finished(i, [r.id for r in c]))
     bar = tqdm(total=total, initial=done, desc=f"{options.model.model} {job.panel.name} {profile.name}",
                disable=not options.progress, dynamic_ncols=True)
     runner = study.runner(lm, profile, job.seed, options, bar, generate)

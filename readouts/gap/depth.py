@@ -130,6 +130,7 @@ def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
     scored = score_ids(lm.model, [tuple(encode_prompt(lm.tokenizer, prompt_of(wanted[key]))) for key in keys],
                        [lm.letters(wanted[key].letters) for key in keys], residuals=True, pad_id=lm.pad_id,
                        token_budget=runner.token_budget)
+    runner.tick(len(keys))
     source_reads = dict(zip(keys, scored))
     depths = patch_depths(n_depths(lm.model) - 1, profile.patch_stride)
     jobs = []
@@ -151,6 +152,7 @@ def patch_rows(runner, scenarios, agent_reads, agent_results) -> list[dict]:
     patched = score_ids(lm.model, [rd.ids for rd, *_ in jobs], [lm.letters(rd.rendered.letters) for rd, *_ in jobs],
                         patches=[Patch(d, src.residuals[d]) for _, _, _, src, d in jobs], pad_id=lm.pad_id,
                         token_budget=runner.token_budget)
+    runner.tick(len(jobs))
     rows = []
     for (rd, res, name, src, d), out in zip(jobs, patched):
         key = _key_row(runner.model_name, rd)

@@ -77,14 +77,14 @@ def _generated(st: StageWork, tok, chunk, specs, profile: GapProfile, seed: int,
                         st.reread_tokens_max += reads * (budgets[i] + ANCHOR_ALLOWANCE)
 
 
-def _patch_forwards(tok, chunk, spec, profile: GapProfile, seed: int, layers: int) -> list[int]:
-    """The prompt length of each forward pass readouts.gap.depth.patch_rows makes for one chunk: each patch source's
-    own read (the letter-only judge of the scenario and of its foreign partner, the partner's agent prompt; the twin's
-    read is the run's own) and each primary agent read of D's first `patch_orders` orders patched at every patched
-    depth from each source it has."""
+def _patch_plan(chunk, spec, profile: GapProfile, seed: int, layers: int) -> tuple[list, list]:
+    """The forward passes readouts.gap.depth.patch_rows makes for one chunk: (each primary agent read of D's first
+    `patch_orders` orders, rendered, with how many patched forwards it gets: one per patched depth from each source it
+    has), and each patch source's own read (the letter-only judge of the scenario and of its foreign partner, the
+    partner's agent prompt; the twin's read is the run's own), rendered."""
     if profile.patch_stride < 1:
-        return []
-    depths, sources, out = patch_depths(layers, profile.patch_stride), {}, []
+        return [], []
+    depths, sources, agents = patch_depths(layers, profile.patch_stride), {}, []
     for s in chunk:
         cells = [c for c in cells_read(s, profile) if spec.reads_cell(c)]
         if DEPTH_CELLS[0] not in cells:
@@ -95,27 +95,33 @@ def _patch_forwards(tok, chunk, spec, profile: GapProfile, seed: int, layers: in
                 if source is not None:
                     sources[(source.id, frame, order)] = render(source, frame, DEPTH_CELLS[0], order, profile.frames)
             n = 1 + (DEPTH_CELLS[1] in cells) + 2 * (partner is not None)
-            agent = render(s, AGENT_FRAME, DEPTH_CELLS[0], order, profile.frames)
-            out += [len(encode_prompts(tok, [prompt_of(agent)])[0])] * (n * len(depths))
-    return out + [len(ids) for ids in encode_prompts(tok, [prompt_of(r) for r in sources.values()])]
+            agents.append((render(s, AGENT_FRAME, DEPTH_CELLS[0], order, profile.frames), n * len(depths)))
+    return agents, list(sources.values())
 
 
-def _grid_forwards(tok, chunk, spec, profile: GapProfile, seed: int, layers: int) -> list[int]:
-    """The prompt length of each forward pass readouts.gap.span_patch.grid_rows makes for one chunk: per scenario read
-    in both cells, order (D's first `patch_orders`) and pair (the filler swap where the chunk has a partner), both
-    prompts' streams and plain reads, and each group at every grid depth patched in both directions."""
+def _grid_plan(chunk, spec, profile: GapProfile, seed: int, layers: int) -> list[tuple]:
+    """The pairs readouts.gap.span_patch.grid_rows patches for one chunk, as (scenario, order, pair, the filler it
+    swaps in or None, forwards per prompt): per scenario read in both cells, order (D's first `patch_orders`) and pair
+    (the filler swap where the chunk has a partner), each prompt's stream and plain read, and each group at every grid
+    depth patched into it from the other."""
     if profile.grid_stride < 1:
         return []
-    depths, out = patch_depths(layers, profile.grid_stride), []
+    per_prompt, out = 2 + len(PATCH_GROUPS) * len(patch_depths(layers, profile.grid_stride)), []
     for s in chunk:
         if not set(DEPTH_CELLS[:2]) <= {c for c in cells_read(s, profile) if spec.reads_cell(c)}:
             continue
         partner = filler_partner(chunk, s)
         for order in orders_for(s, spec, profile, seed)[: profile.patch_orders]:
             for pair in PATCH_PAIRS[: 1 if partner is None else 2]:
-                first, second, _, _ = pair_prompts(tok, s, order, profile.frames, pair, partner and partner.filler)
-                out += [len(first), len(second)] * (2 + len(PATCH_GROUPS) * len(depths))
+                out.append((s, order, pair, partner and partner.filler, per_prompt))
     return out
+
+
+def depth_forwards(chunk, spec, profile: GapProfile, seed: int, layers: int) -> int:
+    """How many forward passes a depth run's patching makes for one chunk beyond its reads (the progress bar's
+    count; _depth gives their prompt lengths)."""
+    agents, sources = _patch_plan(chunk, spec, profile, seed, layers)
+    return sum(n for _, n in agents) + len(sources) + sum(2 * n for *_, n in _grid_plan(chunk, spec, profile, seed, layers))
 
 
 def _depth(st: StageWork, tok, window, spec, profile: GapProfile, seed: int, layers: int) -> None:
@@ -123,7 +129,12 @@ def _depth(st: StageWork, tok, window, spec, profile: GapProfile, seed: int, lay
     scenarios): each a plain forward of a whole prompt, none sharing a prefix."""
     for i in range(0, len(window), profile.chunk_size):
         chunk = window[i: i + profile.chunk_size]
-        lengths = _patch_forwards(tok, chunk, spec, profile, seed, layers) + _grid_forwards(tok, chunk, spec, profile, seed, layers)
+        agents, sources = _patch_plan(chunk, spec, profile, seed, layers)
+        lengths = [len(ids) for ids in encode_prompts(tok, [prompt_of(r) for r, _ in agents] + [prompt_of(r) for r in sources])]
+        lengths = [n for n, (_, k) in zip(lengths, agents) for _ in range(k)] + lengths[len(agents):]
+        for s, order, pair, filler, n in _grid_plan(chunk, spec, profile, seed, layers):
+            first, second, _, _ = pair_prompts(tok, s, order, profile.frames, pair, filler)
+            lengths += [len(first), len(second)] * n
         st.prompts += len(lengths)
         st.reads += len(lengths)
         st.prompt_tokens += sum(lengths)

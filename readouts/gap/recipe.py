@@ -157,7 +157,8 @@ class GapRunner:
         """Per stage, each decoding batch of this session: [call label, rows, distinct prompt tokens, longest budget]."""
         self._texts: dict[tuple, str] = {}
 
-    def _tick(self, n):
+    def tick(self, n):
+        """Move the progress bar by `n` of its units (reads, and a depth run's patching forwards)."""
         if self.progress is not None:
             self.progress.update(n)
 
@@ -275,7 +276,7 @@ class GapRunner:
                 stop_ids=self.stop, n=n, greedy_first=True, temperature=self.profile.temperature,
                 top_p=self.profile.top_p, pad_id=self.lm.pad_id, token_budget=self.token_budget,
                 seeds=[derive_seed(self.seed, s.id, cell, sp.seeded_as or sp.name, frame) for s, cell, sp, frame, _, _ in part],
-                on_batch=lambda k, n=n: self._tick(k * n), row_kv=self._known, length_of=ties, batches=shapes,
+                on_batch=lambda k, n=n: self.tick(k * n), row_kv=self._known, length_of=ties, batches=shapes,
                 on_rollouts=read_batch,
             )
             if len(rolled) != len(part):
@@ -313,7 +314,7 @@ class GapRunner:
                                                                                      r.anchor, forms), **forms)
         else:
             a = anchor_read(self.tok, ids, rollout, r.anchor, cut=getattr(self.profile, spec.budget), **forms)
-        self._tick(1)
+        self.tick(1)
         return Read(s, cell, spec, spec.frames[0], 0, r, j, a.ids, a.text, a.kept_tokens, a.rule, ids, paired_tokens=paired)
 
     # -- scoring -----------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ class GapRunner:
             for i, res in zip(idx, results):
                 rows[i], kept[i] = self._probe_row(reads[i], res), res
                 if reads[i].anchor_rule is None:
-                    self._tick(1)
+                    self.tick(1)
         return rows, kept
 
     def _prompt_text(self, ids: tuple) -> str:

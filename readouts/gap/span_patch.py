@@ -143,6 +143,7 @@ def grid_rows(runner, scenarios, agent_reads) -> list[dict]:
     if profile.grid_stride < 1:
         return []
     depths = patch_depths(n_depths(lm.model) - 1, profile.grid_stride)
+    per_pair = 2 * (2 + len(PATCH_GROUPS) * len(depths))  # each prompt's stream, plain read and patched reads
     cells = {(rd.scenario.id, rd.cell) for rd in agent_reads}
     rows = []
     for s in scenarios:
@@ -156,8 +157,10 @@ def grid_rows(runner, scenarios, agent_reads) -> list[dict]:
         for k, order in sorted(seen.items()):
             key = dict(model=runner.model_name, order_index=k)
             rows += patch_grid(lm, s, order, profile.frames, depths, key)
+            runner.tick(per_pair)
             if partner is not None:
                 rows += patch_grid(lm, s, order, profile.frames, depths, key, PATCH_PAIRS[1], partner)
+                runner.tick(per_pair)
     return rows
 
 

@@ -17,7 +17,7 @@ from engine.render import encode_prompt
 from panels.frames import render
 from readouts.gap.profile import PAPER_FIELDS, PROFILES, cells_read, run_name
 from readouts.gap.prompts import prompt_of
-from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, reads_per_scenario
+from readouts.gap.recipe import ANCHOR_ALLOWANCE, GapRunner, active_specs, reads_per_scenario, stages
 from readouts.profiles import not_paper_note
 
 
@@ -147,8 +147,14 @@ class GapStudy:
         groups = parse_readouts(self.readouts, getattr(tokenizer, "chat_template", None) is not None)
         return gap_workload(tokenizer, chunks, profile, groups, seed, bounds, layers if wants_depth(self.readouts) else None)
 
-    def work(self, record, profile) -> int:
-        return reads_per_scenario(record, profile, self.groups)
+    def work(self, chunk, profile, seed: int, layers: int | None) -> int:
+        reads = sum(reads_per_scenario(r, profile, self.groups) for r in chunk)
+        agent = next((specs[0] for name, specs in stages(self.groups, profile) if name == "D"), None)
+        if layers is None or agent is None or not wants_depth(self.readouts):
+            return reads
+        from readouts.gap.plan import depth_forwards
+
+        return reads + depth_forwards(chunk, agent, profile, seed, layers)
 
     def runner(self, lm, profile, seed, options, bar, generate=None):
         if getattr(lm, "served", False):

@@ -75,8 +75,8 @@ class NsiStudy:
                 n = len(encode_prompt(lm.tokenizer, Prompt(messages=render_polarity(d, f).messages))) + profile.budget
                 lm.check_fits(n, f"{d.source}: scenario ({f}, with the {profile.budget}-token reply budget)")
 
-    def work(self, record, profile) -> int:
-        return len(FRAMINGS) * (1 + profile.samples)
+    def work(self, chunk, profile, seed: int, layers: int | None) -> int:
+        return len(chunk) * len(FRAMINGS) * (1 + profile.samples)
 
     def workload(self, tokenizer, chunks, profile, seed: int, bounds, layers: int | None = None):
         """The run's workload per stage without a model (`--plan`; readouts/nsi/plan.py)."""

@@ -199,9 +199,9 @@ class SteerStudy(GapStudy):
                     "(e.g. --set orders.D=6)"]
         return out
 
-    def work(self, record, profile) -> int:
-        part = self.part_of.get(record.id, TEST)
-        return reads_per_scenario(record, profile, self.groups) * max(1, sum(part in c.parts for c in self.conditions))
+    def work(self, chunk, profile, seed: int, layers: int | None) -> int:
+        return sum(reads_per_scenario(r, profile, self.groups)
+                   * max(1, sum(self.part_of.get(r.id, TEST) in c.parts for c in self.conditions)) for r in chunk)
 
     def workload(self, tokenizer, chunks, profile, seed: int, bounds, layers: int | None = None):
         """The grid's workload per stage without a model (`--plan`; readouts/steer/plan.py)."""

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from contract.tables import DEPTH, PATCH_GRID, PATCHING
+from contract.tables import DEPTH, PATCH_GRID, PATCHING, PROBES
 from panels.schema import load_panel
 from readouts.driver import ModelOptions, RunOptions
 from readouts.driver import run as run_study
@@ -179,11 +179,20 @@ def test_patch_grid_rows_equal_hand_patched_forwards(depth_run):
     assert checked == len(per) * len(PATCH_PAIRS) * 2 * len([d for d in depths if d < n])
 
 
+def patching_forwards(run) -> int:
+    """The forward passes a depth run's tables show its patching made: each patching row is a patched forward; each
+    distinct source prompt (a judge prompt, the foreign partner's agent prompt) one more read (the twin's agent read
+    is the run's own); each grid row a patched forward, and each scenario, order and pair four more (both prompts'
+    streams and plain reads)."""
+    patched, grid = pd.read_parquet(run / PATCHING.file), pd.read_parquet(run / PATCH_GRID.file)
+    read = patched[patched.source != "twin_agent"]
+    frames = read.source.map({"judge": "judge", "foreign_judge": "judge", "foreign_agent": "agent"})
+    sources = len(set(zip(read.source_scenario_id, frames, read.order)))
+    return len(patched) + sources + len(grid) + 4 * len(grid.groupby(["scenario_id", "order_index", "pair"]))
+
+
 def test_the_plan_counts_every_patching_forward_the_run_made(depth_run):
-    """`--plan`'s depth stage: as many forward passes as the run's tables show it made. Each patching row is a
-    patched forward; each distinct source prompt (a judge prompt, the foreign partner's agent prompt) one more read
-    (the twin's agent read is the run's own); each grid row a patched forward, and each scenario, order and pair
-    four more (both prompts' streams and plain reads)."""
+    """`--plan`'s depth stage: as many forward passes as the run's tables show it made (patching_forwards)."""
     import json
 
     from engine.generation import batch_bounds
@@ -194,10 +203,7 @@ def test_the_plan_counts_every_patching_forward_the_run_made(depth_run):
     panel = {s.id: s for s in load_panel("gap-v2").records}
     records = [panel[i] for i in manifest["panel"]["records_read"]]
     patched, grid = pd.read_parquet(depth_run / PATCHING.file), pd.read_parquet(depth_run / PATCH_GRID.file)
-    read = patched[patched.source != "twin_agent"]
-    frames = read.source.map({"judge": "judge", "foreign_judge": "judge", "foreign_agent": "agent"})
-    sources = len(set(zip(read.source_scenario_id, frames, read.order)))
-    made = len(patched) + sources + len(grid) + 4 * len(grid.groupby(["scenario_id", "order_index", "pair"]))
+    made = patching_forwards(depth_run)
     n = lm.model.config.num_hidden_layers
     bounds = batch_bounds(lm.model, torch.device("cpu"), None)
     stages = GapStudy(readouts="D,J0,depth").workload(lm.tokenizer, [records], DEPTH_PROFILE, 0, bounds, n)
@@ -206,3 +212,26 @@ def test_the_plan_counts_every_patching_forward_the_run_made(depth_run):
     assert depth.prompt_tokens == depth.computed_tokens > made * 20
     plain = GapStudy(readouts="D,J0").workload(lm.tokenizer, [records], DEPTH_PROFILE, 0, bounds, n)
     assert DEPTH_STAGE not in {st.stage for st in plain}
+
+
+def test_the_progress_bar_counts_the_reads_and_the_patching_forwards(tmp_path, monkeypatch):
+    """A depth run's progress bar moves through its patching too: its total is the run's reads plus the forwards its
+    tables show the patching made, and the bar ends there."""
+    from tqdm.auto import tqdm
+
+    bars = []
+
+    class Bar(tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr("tqdm.auto.tqdm", Bar)
+    monkeypatch.setitem(gap_profile.PROFILES, DEPTH_PROFILE.name, DEPTH_PROFILE)
+    out = tmp_path / "run"
+    run_study(GapStudy(readouts="D,J0,depth"), RunOptions(model=ModelOptions(MODEL), profile=DEPTH_PROFILE.name,
+                                                        limit=4, out=str(out), progress=True), log=lambda _: None)
+    (bar,) = [b for b in bars if getattr(b, "desc", "").startswith(MODEL)]  # the run's own bar
+    reads = len(pd.read_parquet(out / PROBES.file))
+    made = patching_forwards(out)
+    assert made > reads > 0 and bar.total == reads + made and bar.n == bar.total
