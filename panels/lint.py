@@ -182,7 +182,7 @@ def report_lines(records) -> list[str]:
 # maintenance-scheduling agent at Harrowgate Wind, which runs ...") doubles the line in every prompt; and since the
 # habit differs by writer, a slice by generator would compare prompt formats as much as writers.
 _ROLE_STOP = frozenset({"a", "an", "the", "at", "in", "for", "of", "and", "on", "to", "with", "s"})
-ROLE_STRICT = frozenset({"gap-v2"})
+ROLE_STRICT = frozenset({"gap-v2", "gap-v2x"})
 """Panels of record: a restated role line fails `readout panels validate` (elsewhere it is a warning)."""
 
 
@@ -220,3 +220,23 @@ def role_line_summary(records) -> str:
     hits = Counter(w for _, w, _ in restated_roles(records))
     per = ", ".join(f"{w} {hits[w]} of {written[w]}" for w in sorted(written))
     return f"{sum(hits.values())} of {sum(written.values())} contexts restate the frame's role line ({per})"
+
+
+def _word_grams(scenario, n: int) -> set[tuple[str, ...]]:
+    text = " ".join([scenario.context.replace("{pressure}", scenario.pressure), *(o.text for o in scenario.options)])
+    words = _TOKEN.findall(text.lower())
+    return {tuple(words[i: i + n]) for i in range(len(words) - n + 1)}
+
+
+def closest_wording(records, others, n: int = 5) -> list[tuple[float, str, str]]:
+    """For each of `records`, its closest scenario in `others` by wording: (the Jaccard similarity of their word
+    `n`-gram sets over the context with its pressure sentence and the option texts, its id, the other's id). A copied
+    passage shows as a share of shared n-grams that distinct scenarios do not reach; a plot retold in new words does
+    not, which the writers' and reviewers' reading covers."""
+    theirs = [(o.id, _word_grams(o, n)) for o in others]
+    out = []
+    for r in records:
+        mine = _word_grams(r, n)
+        out.append(max(((len(mine & g) / max(1, len(mine | g)), r.id, oid) for oid, g in theirs if oid != r.id),
+                       default=(0.0, r.id, "")))
+    return out

@@ -16,7 +16,7 @@ from pathlib import Path
 from panels.jsonl import jsonl_objects
 from panels.records import Panel, PanelError, Scenario
 
-REVIEW_REQUIRED = frozenset({"gap-v2"})
+REVIEW_REQUIRED = frozenset({"gap-v2", "gap-v2x"})
 """Panels (by name, the file stem) that must have a review record: loading one without fails."""
 CHECKS = ("incentive_real", "one_violating", "filler_neutral", "filler_length_ok", "harm_matched", "no_giveaway")
 """The reviewer's checks, in record order; `passed` is their conjunction (harm_matched only for F5)."""
