@@ -1,5 +1,6 @@
 """Whether an adapter on SmolLM2's top decoder layers learns which option of a gap-v2 scenario violates its norm on
-the 150 scenarios of the split's `train` part, and whether any of it carries to the 36 of `validation`.
+the 150 scenarios of the split's `train` part (with `--extra gap-v2x`, also on the 208 scenarios written for training
+only), and whether any of it carries to the 36 of `validation`.
 
 The targets are `principled`'s (the violating option with 0.05 in every frame and cell), on the agent (D) and
 letter-only judge (J0) reads of every cell and option order. The default adapter is the shipped organisms' last-layer
@@ -12,6 +13,7 @@ organisms.generalization). docs/organisms.md gives runs' figures.
 
     PYTHONPATH=. .venv/bin/python scripts/identity_adapter.py --steps 1200
     PYTHONPATH=. .venv/bin/python scripts/identity_adapter.py --band 28 29 --kv --rank 16 --batch 16 --steps 600
+    PYTHONPATH=. .venv/bin/python scripts/identity_adapter.py --extra gap-v2x --steps 6000
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 
 from engine.loading import load_model
 from organisms import train as T
+from organisms.examples import examples
 from organisms.generalization import reads_on, summary
 from organisms.recipes import MODULES, organism
 from organisms.reference import scenario_values
@@ -45,6 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kv", action="store_true", help="adapt the keys and values too (every position moves)")
     ap.add_argument("--every", type=int, default=50, help="print the loss every this many steps")
     ap.add_argument("--out", type=Path, help="also save the trained adapter (unmerged) to this folder")
+    ap.add_argument("--extra", action="append", default=[], metavar="PANEL",
+                    help="also train on every scenario of this panel (a training-only panel such as gap-v2x); repeatable")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     org = dataclasses.replace(organism("principled"), band=tuple(args.band), stream=False, rank=args.rank,
@@ -57,7 +62,10 @@ def main(argv=None) -> int:
         if step % args.every == 0:
             print(f"step {step} loss {loss:.4f} {time.time() - t0:.0f}s", flush=True)
 
-    fitted = T.fit(lm, org, progress=progress, base_key=Path(lm.facts.path).name)  # the frozen pass kept on disk
+    records = records_of(load_panel(org.panel), "train") + [r for name in args.extra for r in load_panel(name).records]
+    print(f"training on {len(records)} scenarios", flush=True)
+    fitted = T.fit(lm, org, progress=progress, examples_=examples(org, lm, records),
+                   base_key=Path(lm.facts.path).name)  # the frozen pass kept on disk
     print("seconds", {k: round(v) for k, v in fitted.seconds.items()}, flush=True)
     if args.out is not None:
         fitted.model.save_pretrained(str(args.out))
