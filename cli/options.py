@@ -24,6 +24,7 @@ from readouts.nsi.profile import PROFILES as NSI_PROFILES
 from readouts.nsi.profile import run_name as nsi_run_name
 from readouts.options import Loading, ModelOptions
 from readouts.profiles import set_example
+from readouts.studies import STUDIES
 
 
 def bounded(spec: Numeric) -> click.ParamType:
@@ -197,6 +198,32 @@ N_BOOT = click.option("--n-boot", default=DEFAULT_N_BOOT, show_default=True, typ
 MASS_FLOOR = click.option("--mass-floor", default=DEFAULT_MASS_FLOOR, show_default=True, type=bounded(SHARE),
                           help="minimum total letter mass (agent frame) for a scenario to enter the screen")
 """The analysis' options, shared by `readout stats`, `compare` and `sweep` (its comparison)."""
+
+SWEEP_STUDY = (
+    click.option("--study", "kind", type=click.Choice(list(STUDIES)), default="gap", show_default=True,
+                 help="; ".join(f"{k}: {v}" for k, v in STUDIES.items())),
+    click.option("--panel", "-p", default=None, help="shipped panel name or JSONL path (default: gap-v2 / nsi-14)"),
+    click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)"),
+    click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities"),
+    N_BOOT,
+    MASS_FLOOR,
+)
+"""The study and comparison options of the commands that read many checkpoints (`readout sweep`, `readout watch`)."""
+
+
+def sweep_study_options(f):
+    """SWEEP_STUDY applied to a command, in the order --help lists them."""
+    for option in reversed(SWEEP_STUDY):
+        f = option(f)
+    return f
+
+
+def sweep_run_options(out_help: str) -> Group:
+    """The run options of `readout sweep` and `readout watch`: every checkpoint's run takes them (no --shard, no
+    --window; the seed defaults to the study's: gap 0, nsi 42)."""
+    return run_options(None, tuple(GAP_PROFILES), out_help,
+                       f"{GAP_SET_HELP.removesuffix(' (recorded)')}; with --study nsi: {NSI_SET_HELP.partition('e.g. ')[2]}",
+                       shard=False, window=False)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

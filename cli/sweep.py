@@ -7,10 +7,8 @@ from pathlib import Path
 
 import click
 
-from cli.options import GAP_SET_HELP, MASS_FLOOR, N_BOOT, NSI_SET_HELP, loading_options, run_options, with_revision
+from cli.options import loading_options, sweep_run_options, sweep_study_options, with_revision
 from engine.errors import ReadoutError
-from readouts.gap.profile import PROFILES as GAP_PROFILES
-from readouts.studies import STUDIES
 
 SWEEP_OUT_HELP = "the sweep's folder (required): runs/<checkpoint>/, sweep.toml, sweep.json and compare/ go there"
 
@@ -25,18 +23,9 @@ SWEEP_OUT_HELP = "the sweep's folder (required): runs/<checkpoint>/, sweep.toml,
                    "e.g. ./ckpt=mine:step-100")
 @click.option("--lineage", default=None, help="lineage of the checkpoints that get no other (default: the model's for "
               "NAME@REV, else the sweep folder's name)")
-@click.option("--study", "kind", type=click.Choice(list(STUDIES)), default="gap", show_default=True,
-              help="; ".join(f"{k}: {v}" for k, v in STUDIES.items()))
-@click.option("--panel", "-p", default=None, help="shipped panel name or JSONL path (default: gap-v2 / nsi-14)")
-@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)")
-@click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities")
-@N_BOOT
-@MASS_FLOOR
+@sweep_study_options
 @click.option("--revision", default=None, help="with one --model: its revision (same as --model NAME@REV)")
-# seed None: the study's (gap 0, nsi 42)
-@run_options(None, tuple(GAP_PROFILES), SWEEP_OUT_HELP,
-             f"{GAP_SET_HELP.removesuffix(' (recorded)')}; with --study nsi: {NSI_SET_HELP.partition('e.g. ')[2]}",
-             shard=False, window=False)
+@sweep_run_options(SWEEP_OUT_HELP)
 @loading_options()
 def sweep_cmd(models, list_file, stages, lineage, kind, panel, readouts, sample, n_boot, mass_floor, revision, run, loading):
     """Run the gap study (or --study nsi) on each of several checkpoints or revisions (one run directory each,

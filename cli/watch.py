@@ -7,9 +7,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import GAP_SET_HELP, MASS_FLOOR, N_BOOT, NSI_SET_HELP, loading_options, run_options
-from readouts.gap.profile import PROFILES as GAP_PROFILES
-from readouts.studies import STUDIES
+from cli.options import loading_options, sweep_run_options, sweep_study_options
 
 WATCH_OUT_HELP = "the sweep's folder (default DIR/watch): runs/checkpoint-<step>/, sweep.toml, sweep.json and compare/"
 
@@ -20,21 +18,13 @@ WATCH_OUT_HELP = "the sweep's folder (default DIR/watch): runs/checkpoint-<step>
               "default: each adapter_config.json's base_model_name_or_path)")
 @click.option("--lineage", default=None, help="the checkpoints' lineage in the comparison (default: DIR's name); each "
               "checkpoint-<step> is stage step-<step>")
-@click.option("--study", "kind", type=click.Choice(list(STUDIES)), default="gap", show_default=True,
-              help="; ".join(f"{k}: {v}" for k, v in STUDIES.items()))
-@click.option("--panel", "-p", default=None, help="shipped panel name or JSONL path (default: gap-v2 / nsi-14)")
-@click.option("--readouts", default=None, help="subset of D,J,J0,raw,control,dose (compare's sweep needs D,J)")
-@click.option("--sample", is_flag=True, help="seeded rollouts for first-token readouts instead of exact probabilities")
-@N_BOOT
-@MASS_FLOOR
+@sweep_study_options
 @click.option("--poll", default=10.0, show_default=True, type=click.FloatRange(min=0.05), help="seconds between looks at DIR")
 @click.option("--quiet", default=600.0, show_default=True, type=click.FloatRange(min=0), help="stop after this many seconds "
               "without a new complete checkpoint")
 @click.option("--settle", default=5.0, show_default=True, type=click.FloatRange(min=0), help="a checkpoint is read once "
               "no file in it has changed for this many seconds (and its weights are whole)")
-@run_options(None, tuple(GAP_PROFILES), WATCH_OUT_HELP,
-             f"{GAP_SET_HELP.removesuffix(' (recorded)')}; with --study nsi: {NSI_SET_HELP.partition('e.g. ')[2]}",
-             shard=False, window=False)
+@sweep_run_options(WATCH_OUT_HELP)
 @loading_options()
 def watch_cmd(folder, base, lineage, kind, panel, readouts, sample, n_boot, mass_floor, poll, quiet, settle, run, loading):
     """Read each checkpoint-<step> folder (full weights or a PEFT adapter) that appears under FOLDER once it is
