@@ -49,5 +49,6 @@ def test_quartiles_stay_inside_the_data():
 def test_panels_list_names_every_shipped_panel(capsys):
     code, out, _ = cli(["panels", "list"], capsys)
     lines = {line.split()[0]: line.split() for line in out.splitlines()}
-    assert code == 0 and set(lines) == {"gap-v1", "gap-v2", "nsi-14"}
+    assert code == 0 and set(lines) == {"gap-v1", "gap-v2", "gap-v2x", "nsi-14"}
     assert lines["gap-v2"][1:3] == ["gap", "248"] and lines["nsi-14"][1:3] == ["nsi", "14"]
+    assert lines["gap-v2x"][1:3] == ["gap", "208"]
