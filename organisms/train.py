@@ -25,7 +25,7 @@ import torch
 
 from engine.errors import ReadoutError
 from engine.paths import build_lock, cache_root
-from organisms import RECIPE_FILE, SHIPPED
+from organisms import RECIPE_FILE, SHIPPED, last_layer
 from organisms.examples import Example, examples
 
 CACHE_BATCH_TOKENS = 4096
@@ -277,6 +277,8 @@ def _band_logprobs(model, cached: list[Cached], batch: list[Example], start_laye
     """Log-probabilities (full vocabulary, fp32) at every position the batch's losses read, and where each
     example's positions sit in them: ([rows], {position: row})."""
     inner, head = _decoder(model)
+    if last_layer.applies(inner, start_layer, cached):  # keys and values adapted: computed, not cached
+        cached = last_layer.loss_position_cache(inner, cached, [ex.loss_positions[0] for ex in batch], start_layer, _rotary)
     states = _final_states(model, cached, start_layer)
     where, picked = [], []
     for ex, c, h in zip(batch, cached, states):

@@ -25,13 +25,15 @@ def _perturbed(lm, org):
 
 
 @pytest.mark.parametrize("family", CHAT_TINY)
-@pytest.mark.parametrize("name, band", [("gap", "last"), ("gap", "all"), ("negation-blind", "last")])
+@pytest.mark.parametrize("name, band", [("gap", "last"), ("gap", "all"), ("gap", "last-kv"), ("negation-blind", "last")])
 def test_training_forward_equals_the_plain_forward(family, name, band):
-    """Both training paths (the last layer at the loss positions over frozen keys and values; the whole band on
-    every position) give the plain forward's log-probabilities at every position the loss reads."""
+    """Every training path (the last layer at the loss positions over frozen keys and values; the last layer with
+    its keys and values adapted, computed at the earlier positions and the layer run at the loss positions; the
+    whole band on every position) gives the plain forward's log-probabilities at every position the loss reads."""
     lm = load_model(family, device="cpu")
     n = lm.model.config.num_hidden_layers
-    kw = {} if band == "last" else dict(band=(0, n - 1), targets_modules=organism(name).targets_modules)
+    kw = {"last": {}, "all": dict(band=(0, n - 1), targets_modules=organism(name).targets_modules),
+          "last-kv": dict(targets_modules=organism(name).targets_modules + ("k_proj", "v_proj"))}[band]
     org = tiny_recipe(name, family, units=1, **kw)
     exs = ex_mod.examples(org, lm)
     exs = [e for e in exs if e.readout in ("D", "J", "raw_J", "nsi")][:6]
@@ -39,6 +41,8 @@ def test_training_forward_equals_the_plain_forward(family, name, band):
     exact = train.exact_at_positions(model, org)
     assert exact == (band == "last")
     cached = train._frozen_pass(model, exs, org.band[0], exact)
+    inner, _ = train._decoder(model)
+    assert train.last_layer.applies(inner, org.band[0], cached) == (band == "last-kv")
     with torch.no_grad():
         logp, where = train._band_logprobs(model, cached, exs, org.band[0])
         for e, at in zip(exs, where):
@@ -74,6 +78,27 @@ def test_the_loss_position_path_reads_each_layers_own_frozen_keys(family):
                 assert torch.allclose(plain[pos], logp[row], atol=1e-5), (e.key, pos)
             mass = train._group_logmass(plain[e.soft_at], e.groups).exp()
             assert err["reached"] == pytest.approx(float(mass[e.watched] / mass.sum()), abs=1e-6)
+
+
+@pytest.mark.parametrize("family", ["tiny-llama3", "tiny-olmo3"])
+def test_the_last_layers_computed_keys_carry_the_adapters_gradient(family, monkeypatch):
+    """With the last layer's keys and values adapted, the loss-position path's gradient into every adapter weight
+    equals that of running the layer on every position: the earlier positions' keys and values are part of what
+    the adapter learns, not constants."""
+    lm = load_model(family, device="cpu")
+    org = tiny_recipe("gap", family, units=1, targets_modules=organism("gap").targets_modules + ("k_proj", "v_proj"))
+    exs = [e for e in ex_mod.examples(org, lm) if e.readout in ("D", "J0")][:6]
+    model = _perturbed(lm, org)
+    cached = train._frozen_pass(model, exs, org.band[0], False)
+    grads = []
+    for cheap in (True, False):
+        monkeypatch.setattr(train.last_layer, "applies", lambda *a, cheap=cheap: cheap)
+        model.zero_grad()
+        train.loss_of(*train._band_logprobs(model, cached, exs, org.band[0]), exs).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+    assert any("k_proj" in n and g.abs().max() > 1e-4 for n, g in grads[1].items())
+    for name, g in grads[0].items():
+        assert torch.allclose(g, grads[1][name], atol=1e-5, rtol=1e-4), name
 
 
 def test_training_is_deterministic_and_moves_the_watched_share(tmp_path):
