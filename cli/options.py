@@ -245,6 +245,8 @@ def run_options(default_seed: int | None, profiles, out_help: str, set_help: str
         click.option("--profile", default="quick", show_default=True, type=click.Choice(list(profiles))),
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=set_help),
         click.option("--limit", default=None, type=bounded(COUNT), help="read only the first N records of the profile's selection"),
+        click.option("--panel-part", default=None, help="read only this part of the panel's recorded split (held-out: the "
+                     "scenarios no organism trains on; with --set max_units=1000 to take all of it)"),
         click.option("--out", "-o", default=None, help=out_help),
         click.option("--seed", default=default_seed, show_default=True, type=bounded(INDEX)),
         click.option("--force", is_flag=True, help="discard an existing run with a different manifest in --out"),
@@ -259,6 +261,7 @@ def run_options(default_seed: int | None, profiles, out_help: str, set_help: str
 
     def build(v: dict) -> dict:
         run = {"profile": v.pop("profile"), "overrides": tuple(v.pop("overrides")), "limit": v.pop("limit"),
+               "part": v.pop("panel_part"),
                "out": v.pop("out"), "seed": v.pop("seed"), "force": v.pop("force"), "progress": v.pop("progress")}
         if shard:
             run["shard"] = parse_shard(v.pop("shard"))

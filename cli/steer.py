@@ -37,12 +37,10 @@ from readouts.gap.profile import PROFILES
               help="the verdict needs E_steered / E0's 95% interval below this (0.5: halved)")
 @click.option("--margin", default=0.05, show_default=True, type=bounded(MARGIN),
               help="equivalence margin of the did-not-move checks (90% intervals inside +-margin)")
-@click.option("--panel-part", default=None, help="read only this part of the panel's recorded split (e.g. held-out: "
-              "the scenarios no organism trains on; with --set max_units=1000 to take the whole part)")
 @click.option("--split-seeds", default=3, show_default=True, type=bounded(COUNT),
               help="runs over split seeds --seed, --seed + 1, ... and the pass rate over them")
 def steer_cmd(panel, direction, layers, strengths, positions, n_random, fractions, shuffled, threshold, margin,
-              panel_part, split_seeds, model, run, plan):
+              split_seeds, model, run, plan):
     """Steer the gap study's first-token readouts (D, J0, control, twins): direction, selection and test parts,
     the verdict on the test part; see docs/steering.md."""
     from readouts.steer.seeds import pass_rate_lines, seed_out
@@ -54,8 +52,7 @@ def steer_cmd(panel, direction, layers, strengths, positions, n_random, fraction
         raise ReadoutError(f"--fractions: want three shares (direction, selection, test), got '{fractions}'")
     settings = SteerSettings(direction=direction, layers=numbers(layers, "layers", int),
                              strengths=numbers(strengths, "strengths"), positions=positions, random=n_random,
-                             fractions=parts, shuffled=shuffled, rules=Rules(threshold=threshold, margin=margin),
-                             panel_part=None if panel_part is None else (panel, panel_part))
+                             fractions=parts, shuffled=shuffled, rules=Rules(threshold=threshold, margin=margin))
     first = run["seed"] or 0
     if plan is not None:
         start(SteerStudy(settings=settings), model, run, panel, plan)

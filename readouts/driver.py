@@ -140,6 +140,19 @@ class _Ranks:
     device: str | None
 
 
+def _part(panel, part: str | None) -> list:
+    """The panel's records in `part` of its recorded split (all of them for None)."""
+    if part is None:
+        return panel.records
+    from panels.split import load_split
+
+    try:
+        keep = set(load_split(panel.path).ids(part))
+    except PanelError as exc:
+        raise ReadoutError(f"--panel-part: {exc}") from None
+    return [r for r in panel.records if r.id in keep]
+
+
 def _resolve(study: Study, options: RunOptions) -> _Job:
     if options.profile not in study.profiles:
         raise ReadoutError(f"--profile: '{options.profile}' is not one of {', '.join(study.profiles)}")
@@ -151,7 +164,7 @@ def _resolve(study: Study, options: RunOptions) -> _Job:
         raise ReadoutError(str(exc)) from None
     if panel.kind != study.panel_kind:
         raise ReadoutError(f"--panel: {panel.name} is a {panel.kind} panel; this study reads {study.panel_kind} panels")
-    records = select_units(panel.records, profile.max_units, options.limit, study.stratum)
+    records = select_units(_part(panel, options.part), profile.max_units, options.limit, study.stratum)
     seed = study.default_seed if options.seed is None else options.seed
     split = getattr(study, "split", None)  # a study that reads a held-out part of the selection (readout steer)
     if split is not None:
@@ -221,7 +234,8 @@ def _manifest(job: _Job, lm, extra: dict, generate=None) -> dict:
         "kind": job.study.kind,
         "tables": list(job.study.tables),
         "panel": {"name": job.panel.name, "path": job.panel.path, "sha256": job.panel.sha256,
-                  "records": len(job.panel.records), "records_read": [r.id for r in job.records]},
+                  "records": len(job.panel.records), "part": job.options.part,
+                  "records_read": [r.id for r in job.records]},
         "frames_version": frame_texts(getattr(job.profile, "frames", DEFAULT_VERSION))["version"],  # the profile's
         "profile": job.profile.as_dict(),
         "overrides": job.overrides,

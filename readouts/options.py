@@ -102,6 +102,9 @@ class RunOptions:
     """`key=value` profile overrides (`--set`), recorded in the manifest."""
     limit: int | None = None
     """Read only the first N records of the profile's selection (recorded)."""
+    part: str | None = None
+    """Read only this part of the panel's recorded split (panels/split.py: `held-out`, `validation`, `train`,
+    `training`) before the profile selects from it (recorded); None: the whole panel."""
     out: str | None = None
     """Run directory (None: runs/<model>/<panel>/<study's run name>)."""
     seed: int | None = None

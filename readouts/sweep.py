@@ -220,7 +220,7 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
               n_boot: int = 10_000, mass_floor: float | None = None, kind: str = "gap",
               log: Callable[[str], None] = print) -> list[str]:
     """Run the study `kind` on each checkpoint (skipping finished runs asked the same, resuming killed ones), then
-    compare them all. `study`: panel, readouts, sample, profile, overrides, limit, seed, force, progress;
+    compare them all. `study`: panel, readouts, sample, profile, overrides, limit, part (optional), seed, force, progress;
     `loading`: how every checkpoint loads (its registry files are read before the sweep's own sweep.toml).
     Returns the comparison's lines."""
     import gc
@@ -264,7 +264,7 @@ def run_sweep(checkpoints: Sequence[Checkpoint], out: str | Path, *, study: Mapp
             continue
         log(f"sweep {i}/{len(checkpoints)}: {c.label} ({c.lineage}:{c.stage}) -> {rundir}")
         options = RunOptions(model=ModelOptions(model=c.alias, loading=own), panel=study["panel"], profile=study["profile"],
-                             overrides=tuple(study["overrides"]), limit=study["limit"], out=str(rundir),
+                             overrides=tuple(study["overrides"]), limit=study["limit"], part=study.get("part"), out=str(rundir),
                              seed=study["seed"], force=study["force"], progress=study["progress"])
         run(study_obj, options, log=log)
         state[c.label] = {"given": c.given, "role": f"{c.lineage}:{c.stage}", "request": request, "run_dir": str(rundir)}

@@ -69,9 +69,6 @@ class SteerSettings:
     """Also read the label-shuffled null (a computed direction only)."""
     rules: Rules = field(default_factory=Rules)
     """The verdict's threshold, margin and levels (recorded before the run)."""
-    panel_part: tuple[str, str] | None = None
-    """(panel, part): read only the scenarios of that part of the panel's recorded split (panels/split.py), e.g.
-    the held-out part no organism trains on; None: the whole selection."""
 
     def check(self) -> None:
         if self.positions not in POSITIONS:
@@ -139,16 +136,6 @@ class SteerStudy(GapStudy):
     def split(self, records, seed: int) -> list:
         """The selection and test parts' records (read by the run); the direction part is kept for `prepare`."""
         self._seed = seed
-        if self.settings.panel_part is not None:
-            from panels.records import PanelError
-            from panels.split import load_split
-
-            panel, part = self.settings.panel_part
-            try:
-                keep = set(load_split(panel).ids(part))
-            except PanelError as exc:
-                raise ReadoutError(f"--panel-part: {exc}") from None
-            records = [r for r in records if r.id in keep]
         self.train, selection, test = split_parts(records, seed, self.stratum, self.settings.fractions)
         if not self.train or not selection or not test:
             raise ReadoutError(f"--limit/--profile: {len(records)} records cannot be split into a direction, a selection "
@@ -181,7 +168,6 @@ class SteerStudy(GapStudy):
                     "shuffled": shuffled is not None, "fractions": list(st.fractions), "split_seed": self._seed,
                     "train": [r.id for r in self.train], "selection": parts[SELECTION], "test": parts[TEST],
                     "held_out": [r.id for r in self.held], "rules": st.rules.as_dict(),
-                    "panel_part": None if st.panel_part is None else st.panel_part[1],
                     "capability_text": CAPABILITY_TEXT.name}
         norms = {str(d): round(float(vectors[d].norm()), 6) for d in st.layers}
         residual = {str(d): round(float(res_norms[d]), 6) for d in st.layers}

@@ -184,6 +184,23 @@ def test_profile_overrides_and_limit_are_applied_and_recorded(tmp_path):
     assert judge.budget.eq(4).all() and judge.n_rollouts.eq(2).all()
 
 
+def test_panel_part_reads_only_that_part_of_the_recorded_split(tmp_path):
+    """--panel-part held-out: the profile selects from gap-v2's recorded held-out part (the scenarios no organism
+    trains on), and the manifest records the part; a part the split lacks, or a panel with no split, is one line."""
+    from panels.split import load_split
+
+    held = load_split("gap-v2").ids("held-out")
+    path, _ = run(tmp_path, "part", readouts="D", overrides=("orders.D=1",), limit=3, part="held-out")
+    manifest = json.loads((path / "manifest.json").read_text())
+    read = manifest["panel"]["records_read"]
+    assert manifest["panel"]["part"] == "held-out" and len(read) == 3 and set(read) <= set(held)
+    assert set(pd.read_parquet(path / "scenarios.parquet").scenario_id) == set(read)
+    with pytest.raises(ReadoutError, match="--panel-part: .*'sideways' is not one of"):
+        run(tmp_path, "bad", readouts="D", part="sideways")
+    with pytest.raises(ReadoutError, match="--panel-part: .*gap-v1.split.json: file: no recorded split"):
+        run(tmp_path, "v1", readouts="D", panel="gap-v1", part="held-out")
+
+
 @pytest.mark.parametrize("bad, message", [
     (("orders.X=2",), "not a key of orders"), (("nope=1",), "not a field"), (("j_budget=big",), "not a valid int"),
     (("j_budget",), "key=value"), (("chunk_size=0",), "chunk_size"),

@@ -39,7 +39,7 @@ GRID = dict(direction="pressure", layers=BAND, strengths=(-4.0, -2.0, -1.0, -0.5
 RULES = Rules()
 
 
-def steer_run(name: str, out, settings: SteerSettings, panel: str, overrides=()):
+def steer_run(name: str, out, settings: SteerSettings, panel: str, overrides=(), part=None):
     organisms = pytest.importorskip("organisms")
     if organisms.shipped_path(name) is None:
         pytest.skip(f"organism {name}: no shipped adapter in organisms/data/{name}")
@@ -47,7 +47,8 @@ def steer_run(name: str, out, settings: SteerSettings, panel: str, overrides=())
         mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
         path = run_study(SteerStudy(settings=settings),
                          RunOptions(model=ModelOptions("smollm2-135m", loading=Loading(adapter=str(organisms.shipped_path(name)))),
-                                    panel=panel, profile=PROFILE.name, out=str(out), progress=False, overrides=overrides),
+                                    panel=panel, profile=PROFILE.name, out=str(out), progress=False, overrides=overrides,
+                                    part=part),
                          log=lambda _: None)
     manifest = json.loads((path / "manifest.json").read_text())
     steering = pd.read_parquet(path / "steering.parquet")
@@ -85,14 +86,14 @@ def no_point_reduces(values, cap, norms) -> list:
     return found
 
 
-GENERAL = dict(panel="gap-v2", overrides=("max_units=1000",))
-"""gap-v2's whole held-out part (the profile's cap lifted; SteerSettings.panel_part keeps the held-out scenarios)."""
+GENERAL = dict(panel="gap-v2", overrides=("max_units=1000",), part="held-out")
+"""gap-v2's whole held-out part (the profile's cap lifted; RunOptions.part keeps the held-out scenarios)."""
 
 
 @pytest.mark.slow
 @pytest.mark.smollm
 def test_gap_general_verdict_follows_the_rules(tmp_path):
-    settings = SteerSettings(**GRID, random=100, panel_part=("gap-v2", "held-out"))
+    settings = SteerSettings(**GRID, random=100)
     values, cap, norms, n_test = steer_run("gap-general", tmp_path / "gap-general", settings, **GENERAL)
     assert n_test >= 20
     verdicts("gap-general", values, cap, norms)
@@ -101,7 +102,7 @@ def test_gap_general_verdict_follows_the_rules(tmp_path):
 @pytest.mark.slow
 @pytest.mark.smollm
 def test_no_gap_general_declares_no_reduction(tmp_path):
-    settings = SteerSettings(**GRID, random=100, panel_part=("gap-v2", "held-out"))
+    settings = SteerSettings(**GRID, random=100)
     values, cap, norms, n_test = steer_run("no-gap-general", tmp_path / "no-gap-general", settings, **GENERAL)
     assert n_test >= 20
     v = verdicts("no-gap-general", values, cap, norms)

@@ -55,18 +55,14 @@ def test_the_quick_selection_gives_every_part_a_scenario():
 
 def test_panel_part_keeps_only_that_part_of_the_recorded_split():
     """--panel-part held-out: the three parts are drawn from gap-v2's recorded held-out part only (the scenarios no
-    organism trains on), all of it when the profile's cap is lifted; a part the split does not have is one line."""
-    import pytest
-
-    from engine.errors import ReadoutError
+    organism trains on), all of it when the profile's cap is lifted."""
     from panels.split import load_split
+    from readouts.driver import ModelOptions, RunOptions, _resolve
     from readouts.steer.study import SteerSettings, SteerStudy
 
-    records = load_panel("gap-v2").records
     held = set(load_split("gap-v2").ids("held-out"))
-    study = SteerStudy(settings=SteerSettings(layers=(1,), panel_part=("gap-v2", "held-out")))
-    read = study.split(list(records), 0)
-    assert {r.id for r in study.train} | {r.id for r in read} == held and len(held) >= 60
+    study = SteerStudy(settings=SteerSettings(layers=(1,)))
+    job = _resolve(study, RunOptions(model=ModelOptions("smollm2-135m"), panel="gap-v2", part="held-out",
+                                     overrides=("max_units=1000",)))
+    assert {r.id for r in study.train} | {r.id for r in job.records} == held and len(held) >= 60
     assert min(sum(p == part for p in study.part_of.values()) for part in ("selection", "test")) >= 20
-    with pytest.raises(ReadoutError, match="--panel-part"):
-        SteerStudy(settings=SteerSettings(layers=(1,), panel_part=("gap-v2", "sideways"))).split(list(records), 0)
