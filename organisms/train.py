@@ -358,15 +358,21 @@ def lora_model(lm, org):
     return model
 
 
-def fit(lm, org, progress=None, examples_=None, base_key: str | None = None) -> Fitted:
+def fit(lm, org, progress=None, examples_=None, base_key: str | None = None, init: Path | None = None) -> Fitted:
     """Train `org`'s adapter on `lm` (the base model, loaded fp32 on CPU). `progress(step, loss)` is called per step;
-    `base_key` (the base model's identity) keeps the frozen layers' outputs in the cache folder between organisms."""
+    `base_key` (the base model's identity) keeps the frozen layers' outputs in the cache folder between organisms;
+    `init`: an adapter folder of the same shape whose weights the adapter starts from instead of its seeded ones."""
     if org.stream or org.lineage:
         raise ReadoutError(f"organism {org.name}: its recipe streams the frozen layers or keeps a lineage; train it with "
                            f"organisms.resumable.train_organism (python -m organisms.resumable {org.name})")
     exs = examples_ if examples_ is not None else examples(org, lm)
     t0 = time.perf_counter()
     model = lora_model(lm, org)
+    if init is not None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(model, load_file(str(Path(init) / "adapter_model.safetensors")))
     model.eval()  # no dropout anywhere; gradients still flow into the adapter
     start = org.band[0]
     deep = org.frozen_context and not exact_at_positions(model, org)  # every layer's keys and values: kept in memory

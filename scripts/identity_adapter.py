@@ -52,13 +52,14 @@ def main(argv=None) -> int:
     ap.add_argument("--kv", action="store_true", help="adapt the keys and values too (every position moves)")
     ap.add_argument("--targets", choices=[n for n, o in ORGANISMS.items() if o.part == "train"], default="principled",
                     help="whose targets to train toward (the organism's recipe supplies them)")
+    ap.add_argument("--init", type=Path, help="start from this adapter folder (same shape), e.g. an earlier run's --out")
     ap.add_argument("--every", type=int, default=50, help="print the loss every this many steps")
     ap.add_argument("--out", type=Path, help="also save the trained adapter (unmerged) to this folder")
     ap.add_argument("--extra", action="append", default=[], metavar="PANEL",
                     help="also train on every scenario of this panel (a training-only panel such as gap-v2x); repeatable")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
-    org = dataclasses.replace(organism(args.targets), band=tuple(args.band), stream=False, rank=args.rank,
+    org = dataclasses.replace(organism(args.targets), band=tuple(args.band), stream=False, lineage=0, rank=args.rank,
                               alpha=2.0 * args.rank, targets_modules=MODULES + (("k_proj", "v_proj") if args.kv else ()),
                               steps=args.steps, batch=args.batch, lr=args.lr, readouts=READOUTS, emphasis={})
     lm = load_model(org.base, device="cpu", dtype="float32")
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     records = records_of(load_panel(org.panel), "train") + [r for name in args.extra for r in load_panel(name).records]
     print(f"training on {len(records)} scenarios", flush=True)
     fitted = T.fit(lm, org, progress=progress, examples_=examples(org, lm, records),
-                   base_key=Path(lm.facts.path).name)  # the frozen pass kept on disk
+                   base_key=Path(lm.facts.path).name, init=args.init)  # the frozen pass kept on disk
     print("seconds", {k: round(v) for k, v in fitted.seconds.items()}, flush=True)
     if args.out is not None:
         fitted.model.save_pretrained(str(args.out))

@@ -1,6 +1,7 @@
 """Training organisms on tiny models: the training forward equals the plain forward, training is deterministic and
 moves the targets, the examples are the prompts a run reads, and an organism's adapter is recorded in manifests."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -99,6 +100,21 @@ def test_the_last_layers_computed_keys_carry_the_adapters_gradient(family, monke
     assert any("k_proj" in n and g.abs().max() > 1e-4 for n, g in grads[1].items())
     for name, g in grads[0].items():
         assert torch.allclose(g, grads[1][name], atol=1e-5, rtol=1e-4), name
+
+
+def test_a_fit_started_from_an_adapter_starts_from_its_weights(tmp_path):
+    """`init`: the adapter starts from a saved adapter's weights (a curriculum's earlier stage), not its seeded
+    ones: with a learning rate of 0 it ends as that adapter, and its first loss is the saved adapter's last."""
+    lm = load_model("tiny-qwen2", device="cpu")
+    org = tiny_recipe(steps=6, lr=3e-2)
+    exs = [e for e in ex_mod.examples(org, lm) if e.readout in ("D", "J0")]
+    first = train.fit(lm, org, examples_=exs)
+    first.model.save_pretrained(str(tmp_path / "first"))
+    lm = load_model("tiny-qwen2", device="cpu")
+    again = train.fit(lm, dataclasses.replace(org, lr=0.0), examples_=exs, init=tmp_path / "first")
+    saved = {n: p for n, p in first.model.named_parameters() if "lora_" in n}
+    assert saved and all(torch.equal(p, saved[n]) for n, p in again.model.named_parameters() if "lora_" in n)
+    assert any(p.abs().max() > 0 for n, p in saved.items() if "lora_B" in n)
 
 
 def test_training_is_deterministic_and_moves_the_watched_share(tmp_path):
