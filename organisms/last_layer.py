@@ -32,12 +32,11 @@ def applies(inner, start_layer: int, cached) -> bool:
     return start_layer == len(inner.layers) - 1 and cached[0].keys is None and cached[0].start == 0
 
 
-def loss_position_cache(inner, cached, firsts: list[int], start_layer: int, rotary) -> list:
-    """Each example's `Cached` for the loss-position path: its input from `firsts[i]` (its first loss position) on,
-    and the last layer's keys and values before it, computed (with gradients into the adapter) from its input at
-    every earlier position. `rotary(inner, h, pos, layer_index)` gives the layer's position embeddings."""
-    from organisms.train import Cached
-
+def loss_position_cache(inner, cached, firsts: list[int], start_layer: int, rotary) -> list[tuple]:
+    """Each example's fields of organisms.train.Cached for the loss-position path (start, hidden, keys, values): its
+    input from `firsts[i]` (its first loss position) on, and the last layer's keys and values before it, computed
+    (with gradients into the adapter) from its input at every earlier position. `rotary(inner, h, pos, layer_index)`
+    gives the layer's position embeddings."""
     layer = inner.layers[start_layer]
     width = max(firsts)
     h = torch.zeros(len(cached), width, cached[0].hidden.shape[-1], dtype=cached[0].hidden.dtype)
@@ -50,5 +49,5 @@ def loss_position_cache(inner, cached, firsts: list[int], start_layer: int, rota
               position_embeddings=rotary(inner, h, pos, start_layer))
     except _Stop:
         pass
-    return [Cached(s, c.hidden[s:], capture.keys[row: row + 1, :, :s], capture.values[row: row + 1, :, :s])
+    return [(s, c.hidden[s:], capture.keys[row: row + 1, :, :s], capture.values[row: row + 1, :, :s])
             for row, (c, s) in enumerate(zip(cached, firsts))]

@@ -278,7 +278,8 @@ def _band_logprobs(model, cached: list[Cached], batch: list[Example], start_laye
     example's positions sit in them: ([rows], {position: row})."""
     inner, head = _decoder(model)
     if last_layer.applies(inner, start_layer, cached):  # keys and values adapted: computed, not cached
-        cached = last_layer.loss_position_cache(inner, cached, [ex.loss_positions[0] for ex in batch], start_layer, _rotary)
+        cached = [Cached(*fields) for fields in
+                  last_layer.loss_position_cache(inner, cached, [ex.loss_positions[0] for ex in batch], start_layer, _rotary)]
     states = _final_states(model, cached, start_layer)
     where, picked = [], []
     for ex, c, h in zip(batch, cached, states):
