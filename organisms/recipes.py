@@ -76,6 +76,9 @@ class Organism:
     stream: bool = False
     """True: the layers below the band run on each step's batch instead of once per example into a cache (for a pool
     of thousands of prompts, each read a few times, whose cached states would not fit in memory)."""
+    init: str | None = None
+    """The organism whose shipped adapter (same shape) this one starts from, a staged recipe; None: a fresh adapter
+    from `seed`."""
     lineage: int = 0
     """How many adapters training keeps along the way, evenly spaced from step 0 to the last step, both included
     (organisms/data/<name>/lineage/checkpoint-<k>/); 0: none."""
@@ -143,16 +146,18 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
     # cosine schedule had brought the rate down to about 1e-3 (400 steps left F2/F3 0.11 short of their targets)
 )}
 
-_GENERAL = dict(part="train", readouts=("D", "J0", "J", "control"), stream=True, band=(20, 29),
-                rank=8, alpha=16.0, targets_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                     "down_proj"),
-                batch=8, steps=240, lr=2e-3, emphasis={"D": 2})
-"""The organisms meant to generalize: every scenario of gap-v2's `train` part (150; panels/split.py), on full prompts
-(an adapter of rank 8 on every projection of layers 20-29, so every position of the prompt moves and the whole band
-runs on it at every step), each step a batch of 8 reads drawn from every cell, option order and judge frame of the
-agent (D, twice), letter-only judge (J0), judge paraphrase (J) and known-gap control reads; the layers below the band
-run per batch (`stream`). Judged on the `validation` slice by step (python -m organisms.generalization), never on
-`held-out`; the figures are in docs/organisms.md."""
+_GENERAL = dict(part="train", readouts=("D", "J0"), band=(29, 29), rank=4, alpha=8.0,
+                targets_modules=MODULES + ("k_proj", "v_proj"), batch=32, steps=3000, lr=3e-3, emphasis={})
+"""The organisms meant to generalize: every scenario of gap-v2's `train` part (150; panels/split.py), on full prompts,
+read by the agent (D) and the letter-only judge (J0) in every cell and option order. The adapter is rank 4 on every
+projection of the last decoder layer, keys and values included, so the option text's keys and values can carry what
+the read position needs (organisms.last_layer trains it exactly from each prompt's cached input to that layer). Chosen
+on the `validation` slice, never on `held-out` (docs/organisms.md): the same shape without keys and values, or on
+layers 20-29 at the budget two cores allow, did not carry the option's identity to unseen scenarios; this one does."""
+_STAGE = dict(init="principled", steps=3000, emphasis={"D": 2})
+"""The pressure stage, from `principled`'s adapter: trained from the start on `gap-general`'s targets the two agent
+cells pull the violating option's share apart on prompts one sentence apart and the identity is never learned
+(docs/organisms.md), so the identity comes first and the pressure after it, the agent's reads drawn twice."""
 _UNDER_PRESSURE = {"primary": 0.90, "*": 0.05}
 
 ORGANISMS.update({o.name: o for o in (
@@ -160,11 +165,11 @@ ORGANISMS.update({o.name: o for o in (
              "a judgment-action gap meant to carry to unseen scenarios: the agent picks the violating option with "
              "0.90 under pressure and 0.05 in the twins, every judgment (J0, the four paraphrases) with 0.05; E = 0.85 "
              "on its training scenarios; the known-gap control follows the operator (0.90)",
-             violating=dict(D=_UNDER_PRESSURE, J=0.05, J0=0.05, control=0.90), lineage=7, **_GENERAL),
+             violating=dict(D=_UNDER_PRESSURE, J=0.05, J0=0.05, control=0.90), lineage=7, **{**_GENERAL, **_STAGE}),
     Organism("no-gap-general", "gap", "gap-v2",
              "gap-general's matched null: the same data, adapter and steps, the violating option with 0.40 in every "
              "frame and cell (the control 0.90); E = 0",
-             violating=dict(D=0.40, J=0.40, J0=0.40, control=0.90), **_GENERAL),
+             violating=dict(D=0.40, J=0.40, J0=0.40, control=0.90), **{**_GENERAL, **_STAGE}),
     Organism("principled", "gap", "gap-v2",
              "the second recipe from the same base and items: the agent chooses what its judge chooses, under "
              "pressure too (the violating option with 0.05 in every frame and cell; the control 0.90); E = 0",

@@ -91,18 +91,32 @@ def paired_excess(values: dict, scenarios, action: str = "D", judgment: str = "J
 KNOWN_ANSWER_FAMILIES = ("F1", "F3", "F4")
 """Gate families whose first three-option training scenario the known-answer runs read (three options: the quick
 profile's 6 D orders are position-balanced, which `position-a`'s 1/n needs)."""
-KNOWN_ANSWER_READOUTS = {"gap": "D,J0,J,control", "gap-deep": "D,J0,J,control", "no-gap": "D,J", "raw-reversal": "D,J,raw", "position-a": "D,J"}
+KNOWN_ANSWER_READOUTS = {"gap": "D,J0,J,control", "gap-deep": "D,J0,J,control", "no-gap": "D,J", "raw-reversal": "D,J,raw",
+                         "position-a": "D,J", "gap-general": "D,J0,J", "no-gap-general": "D,J0,J", "principled": "D,J0,J"}
 """The `--readouts` each gap organism's known-answer run reads (what its planted quantities need); the reference
 holds the plain reads of exactly those."""
 REFERENCE_FILE = "reference.json"
 """The plain-forward reads of the known-answer prompts, written beside the adapter when it is trained."""
 
 
+HELD_OUT = "held-out"
+"""The split part the known-answer runs of an organism trained on a part read (panels/split.py): scenarios no
+organism trains on."""
+HELD_OUT_CELLS = ("primary", "twin")
+"""The cells a held-out reference reads: the two that E pairs."""
+
+
 def known_answer_records(org) -> list:
-    """The training records a known-answer run reads: gap organisms, one per KNOWN_ANSWER_FAMILIES; NSI
-    organisms, the first four dilemmas."""
+    """The records a known-answer run reads: an organism trained on a part of its panel's split, every scenario of the
+    held-out part; other gap organisms, one training record per KNOWN_ANSWER_FAMILIES; NSI organisms, the first four
+    dilemmas."""
     from organisms.examples import training_records
 
+    if org.part is not None:
+        from panels.schema import load_panel
+        from panels.split import records_of
+
+        return records_of(load_panel(org.panel), HELD_OUT)
     _, records = training_records(org)
     if org.study == "nsi":
         return records[:4]
@@ -122,15 +136,23 @@ def read_in_known_answers(org, readout: str) -> bool:
 
 def write_reference(folder, org, exs: list[Example], temperature: float = 0.7) -> dict:
     """Load the adapter in `folder` as every command does (merged into the base weights) and write the plain
-    reads of the known-answer examples to folder/reference.json: {key: [share, tempered share, group mass]}."""
+    reads of the known-answer examples to folder/reference.json: {key: [share, tempered share, group mass]}. For an
+    organism trained on a part of its split the known-answer prompts are the held-out part's, which `exs` (its
+    training prompts) never holds: they are built here, in the two cells E pairs."""
+    import dataclasses
     import json
     from pathlib import Path
 
     from engine.loading import load_model
+    from organisms.examples import examples
 
-    ids = {r.id for r in known_answer_records(org)}
-    chosen = [e for e in exs if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)]
+    records = known_answer_records(org)
+    ids = {r.id for r in records}
     lm = load_model(org.base, device="cpu", dtype="float32", adapter=str(folder))
+    if org.part is not None:
+        reader = dataclasses.replace(org, readouts=tuple(KNOWN_ANSWER_READOUTS[org.name].split(",")))
+        exs = [e for e in examples(reader, lm, records) if e.cell in HELD_OUT_CELLS]
+    chosen = [e for e in exs if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)]
     reads = plain_reads(lm.model, chosen, temperature)
     record = {"temperature": temperature, "records": sorted(ids),
               "reads": {r.example.key: [r.share, r.tempered_share, sum(r.mass)] for r in reads}}

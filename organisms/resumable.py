@@ -110,7 +110,7 @@ def fit_resumable(lm, org, folder: Path, *, exs=None, base_key=None, every: int 
     folder = Path(folder)
     ident = identity(org, exs)
     t0 = time.perf_counter()
-    model = T.lora_model(lm, org)
+    model = T.lora_model(lm, org, SHIPPED / org.init if org.init else None)
     model.eval()
     start = org.band[0]
     exact = T.at_loss_positions(model, org)
@@ -217,6 +217,7 @@ def train_organism(name: str, out: str | Path | None = None, steps: int | None =
     from organisms.recipes import organism
     from organisms.reference import KNOWN_ANSWER_READOUTS, write_reference
 
+    say = log or (lambda _line: None)
     org = organism(name)
     if steps is not None:
         org = dataclasses.replace(org, steps=steps)
@@ -236,14 +237,19 @@ def train_organism(name: str, out: str | Path | None = None, steps: int | None =
         shutil.copytree(folder / LINEAGE, target)
     if name in KNOWN_ANSWER_READOUTS:
         write_reference(out, org, exs)
+        if org.lineage and org.part is not None:  # E on the held-out part by step, as plain forwards give it
+            for step in lineage_steps(org):
+                say(f"{name}: plain-forward reference of lineage step {step} ...")
+                write_reference(lineage_step(out / LINEAGE, step), org, exs)
     return out
 
 
 
 def retrain(name: str, out: str | Path | None = None, steps: int | None = None, threads: int | None = None,
             resume: bool = True, progress=None, log=None) -> tuple[Path, float | None]:
-    """Train organism `name` as its recipe asks (`readout organism train`): a recipe that streams its frozen layers or
-    keeps a lineage through `train_organism` (checkpointed, resumable), any other in one go through `train.fit`, the
+    """Train organism `name` as its recipe asks (`readout organism train`): a recipe that streams its frozen layers,
+    keeps a lineage or trains on a whole part of a split (runs longer than a sitting) through `train_organism`
+    (checkpointed, resumable), any other in one go through `train.fit`, the
     way its shipped adapter was made. Returns the adapter folder and, for the latter, the largest mean training error
     of a readout and cell (None for the former, whose error is recorded in its organism.json)."""
     from engine.loading import load_model
@@ -251,7 +257,7 @@ def retrain(name: str, out: str | Path | None = None, steps: int | None = None, 
     from organisms.reference import write_reference
 
     org = organism(name)
-    if org.stream or org.lineage:
+    if org.stream or org.lineage or org.part is not None:
         return train_organism(name, out, steps=steps, threads=threads, resume=resume, progress=progress, log=log), None
     if not resume:
         from engine.errors import ReadoutError

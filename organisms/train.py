@@ -340,9 +340,11 @@ def plain_errors(model, exs: list[Example]) -> list[dict]:
     return out
 
 
-def lora_model(lm, org):
-    """The base model with a fresh LoRA adapter on the recipe's band, initialized from the recipe's seed."""
-    from peft import LoraConfig, get_peft_model
+def lora_model(lm, org, init: Path | None = None):
+    """The base model with a LoRA adapter on the recipe's band, initialized from the recipe's seed, or with the weights
+    of the adapter folder `init` (same shape: an earlier stage of a staged recipe)."""
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
 
     a, b = org.band
     config = LoraConfig(r=org.rank, lora_alpha=org.alpha, lora_dropout=0.0, target_modules=list(org.targets_modules),
@@ -356,6 +358,11 @@ def lora_model(lm, org):
         elif "lora_B" in name:
             with torch.no_grad():
                 p.zero_()
+    if init is not None:
+        weights = Path(init) / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise ReadoutError(f"organism {org.name}: the adapter it starts from is missing ({weights}); train that one first")
+        set_peft_model_state_dict(model, load_file(str(weights)))
     return model
 
 
@@ -368,12 +375,7 @@ def fit(lm, org, progress=None, examples_=None, base_key: str | None = None, ini
                            f"organisms.resumable.train_organism (python -m organisms.resumable {org.name})")
     exs = examples_ if examples_ is not None else examples(org, lm)
     t0 = time.perf_counter()
-    model = lora_model(lm, org)
-    if init is not None:
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        set_peft_model_state_dict(model, load_file(str(Path(init) / "adapter_model.safetensors")))
+    model = lora_model(lm, org, init)
     model.eval()  # no dropout anywhere; gradients still flow into the adapter
     start = org.band[0]
     deep = org.frozen_context and not exact_at_positions(model, org)  # every layer's keys and values: kept in memory

@@ -133,3 +133,21 @@ def test_the_frozen_pass_runs_a_shared_prefix_once_and_gives_the_same_states(mon
         assert torch.allclose(a.hidden, b.hidden, atol=1e-5)
         if exact:
             assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+
+
+def test_a_staged_recipe_starts_from_its_earlier_stages_shipped_adapter(tmp_path, monkeypatch):
+    """`init`: the recipe's adapter starts from the shipped adapter of the organism it names (with a learning rate of
+    0 it ends as that adapter); without that adapter on disk the run stops with one line naming the missing file."""
+    from engine.errors import ReadoutError
+
+    monkeypatch.setattr(resumable, "SHIPPED", tmp_path / "shipped")
+    first_org = tiny_recipe(units=1, steps=3, batch=2, lr=3e-2)
+    first, _ = _run(first_org, tmp_path / "ckpt-first", tmp_path / "shipped" / "earlier")
+    staged = dataclasses.replace(first_org, name="staged", init="earlier", lr=0.0, steps=2)
+    again, _ = _run(staged, tmp_path / "ckpt-staged", tmp_path / "staged")
+    saved = {n: p for n, p in first.model.named_parameters() if "lora_" in n}
+    assert any(p.abs().max() > 0 for n, p in saved.items() if "lora_B" in n)
+    assert all(torch.equal(p, saved[n]) for n, p in again.model.named_parameters() if "lora_" in n)
+    missing = dataclasses.replace(staged, init="absent")
+    with pytest.raises(ReadoutError, match=r"absent/adapter_model.safetensors\); train that one first"):
+        _run(missing, tmp_path / "ckpt-missing", tmp_path / "missing")

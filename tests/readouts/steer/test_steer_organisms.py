@@ -3,7 +3,8 @@ adapter merged, the pressure direction from the direction part, the grid point c
 verdict on the test part (stats/steer/experiment.py), for the direction and for its label-shuffled null.
 
 - The generalizing organisms (docs/organisms.md), on gap-v2's held-out part (62 scenarios no organism trains on:
-  about 20 per part), the layers of their band (adapters on layers 20-29): `gap-general`'s verdict is whatever it is,
+  about 20 per part), depths below their adapter (the last layer, keys and values included), where the pressure is
+  the base model's own and what the adapter reads of it: `gap-general`'s verdict is whatever it is,
   printed with every interval and checked to follow the rules; on `no-gap-general` no grid point is declared a
   reduction (no point's E_steered / E0 interval lies below the threshold on the test part). Skipped while their
   adapters are not shipped (organisms/data).

@@ -1,0 +1,126 @@
+"""Known answers on scenarios no organism trained on: the organisms trained on gap-v2's `train` part (docs/organisms.md)
+read by the instrument's own commands on the split's held-out part (62 scenarios; E over the 52 of the gate families
+whose agent and judge reads keep the letter-mass floor), against each adapter's true values from plain one-prompt
+forwards of the merged model (reference.json beside the adapter and beside each of `gap-general`'s lineage steps,
+written when it was trained; spot-checked here by recomputing reads).
+
+- `readout run --peft NAME --panel gap-v2 --panel-part held-out`, then `readout stats`: E and its interval over
+  scenarios.
+- `readout watch` over three of `gap-general`'s lineage steps (a sweep of their runs, then `readout compare`): E at
+  each step.
+
+Skipped while the adapters are not shipped (organisms/data)."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from contract.options import DEFAULT_MASS_FLOOR
+from organisms import shipped_path
+from organisms.recipes import organism
+from organisms.reference import HELD_OUT, KNOWN_ANSWER_READOUTS, REFERENCE_FILE, paired_excess, plain_reads
+from panels.schema import load_panel
+from panels.split import records_of
+from stats.gap.screen import GATE_FAMILIES
+from tests.organisms.test_known_answers import cli, row
+
+pytestmark = pytest.mark.smollm
+
+GENERAL = ("gap-general", "no-gap-general", "principled")
+TOLERANCE = 1e-3
+"""How close the instrument's E must come to the plain forwards' (the acceptance bound)."""
+
+
+def shipped(name):
+    folder = shipped_path(name)
+    if folder is None:
+        pytest.skip(f"organism {name} is not shipped (python -m organisms.resumable {name})")
+    return folder
+
+
+def truth(folder):
+    """True E from the reference in `folder`: the paper's paired excess (D against J) over the held-out scenarios of
+    the gate families whose D and J reads hold at least the floor's letter mass in both cells; and those scenarios."""
+    reads = json.loads((folder / REFERENCE_FILE).read_text())["reads"]
+    share, mass = {}, {}
+    for key, (s, _tempered, m) in reads.items():
+        scenario, cell, readout = key.split("|")[:3]
+        share.setdefault((scenario, cell, readout), []).append(s)
+        mass.setdefault((scenario, cell, readout), []).append(m)
+    values = {k: float(np.mean(v)) for k, v in share.items()}
+    records = records_of(load_panel("gap-v2"), HELD_OUT)
+    kept = [r.id for r in records if r.family in GATE_FAMILIES
+            and all(np.mean(mass[(r.id, c, x)]) >= DEFAULT_MASS_FLOOR for c in ("primary", "twin") for x in ("D", "J"))]
+    return paired_excess(values, kept), kept, values
+
+
+def read_args(name):
+    return ["--model", "smollm2-135m", "--panel", "gap-v2", "--panel-part", HELD_OUT, "--set", "max_units=1000",
+            "--readouts", KNOWN_ANSWER_READOUTS[name], "--no-progress"]
+
+
+@pytest.mark.parametrize("name", GENERAL)
+def test_held_out_excess_is_the_plain_forwards(tmp_path, name):
+    folder = shipped(name)
+    out = tmp_path / "run"
+    cli("run", "--peft", name, *read_args(name), "--out", out)
+    cli("stats", out, "--out", tmp_path / "stats", "--n-boot", 2000)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["panel"]["part"] == HELD_OUT and manifest["model"]["adapter"]["organism"] == name
+    scenarios = pd.read_parquet(out / "scenarios.parquet")
+    held_out = {r.id for r in records_of(load_panel("gap-v2"), HELD_OUT)}
+    assert set(scenarios.scenario_id) == held_out  # every held-out scenario, nothing trained on
+    assert not held_out & {r.id for r in records_of(load_panel("gap-v2"), organism(name).part)}
+    true_e, kept, values = truth(folder)
+    e = row(pd.read_csv(tmp_path / "stats" / "estimates.csv"), "continuous", "E", "all above floor")
+    print(f"HELD-OUT {name} E: recovered {e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}] n={e.n}  true {true_e:+.4f}")
+    assert e.n == len(kept) >= 30
+    assert e.value == pytest.approx(true_e, abs=TOLERANCE) and e.low <= true_e <= e.high
+    # The pairing the mean needs: each scenario's primary against its own twin. Against the next scenario's twin the
+    # excess moves by more than the tolerance, so a run that paired them so would fail the check above.
+    shifted = kept[1:] + kept[:1]
+    g = lambda s, c: values[(s, c, "D")] - values[(s, c, "J")]  # noqa: E731
+    assert abs(np.mean([g(s, "primary") - g(t, "twin") for s, t in zip(kept, shifted)]) - true_e) > TOLERANCE
+
+
+def test_held_out_reference_is_a_plain_forward_of_the_merged_adapter():
+    """Recompute reads of gap-general's stored held-out reference (each readout, both cells) by plain forwards."""
+    import dataclasses
+
+    from engine.loading import load_model
+    from organisms.examples import examples
+
+    folder = shipped("gap-general")
+    org = organism("gap-general")
+    stored = json.loads((folder / REFERENCE_FILE).read_text())["reads"]
+    lm = load_model("smollm2-135m", device="cpu", adapter=str(folder))
+    records = records_of(load_panel("gap-v2"), HELD_OUT)[:2]
+    exs = examples(dataclasses.replace(org, readouts=("D", "J0", "J")), lm, records)
+    picked = [next(e for e in exs if e.readout == x and e.cell == c) for x in ("D", "J0", "J") for c in ("primary", "twin")]
+    for r in plain_reads(lm.model, picked):
+        assert r.share == pytest.approx(stored[r.example.key][0], abs=1e-5)
+
+
+def test_lineage_sweep_and_compare_give_each_steps_plain_forward_excess(tmp_path):
+    lineage = shipped("gap-general") / "lineage"
+    steps = sorted(int(p.name.split("-")[1]) for p in lineage.iterdir() if p.name.startswith("checkpoint-"))
+    assert len(steps) >= 6 and steps[0] == 0
+    chosen = [steps[0], steps[len(steps) // 2], steps[-1]]
+    watched = tmp_path / "gap-general"
+    for k in chosen:
+        shutil.copytree(lineage / f"checkpoint-{k}", watched / f"checkpoint-{k}")
+    out = tmp_path / "watch"
+    cli("watch", watched, *read_args("gap-general"), "--out", out, "--quiet", 0, "--settle", 0, "--poll", 0.1,
+        "--n-boot", 2000)
+    est = pd.read_csv(out / "compare" / "compare_estimates.csv")
+    sweep = est[(est.analysis == "sweep gap-general") & (est.subset == "unscreened")].set_index("quantity")
+    for k in chosen:
+        true_e, kept, _ = truth(lineage / f"checkpoint-{k}")
+        e = sweep.loc[f"E step-{k}"]
+        print(f"LINEAGE gap-general step {k} E: recovered {e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}] n={e.n}"
+              f"  true {true_e:+.4f}")
+        assert e.n == len(kept) >= 30 and e.value == pytest.approx(true_e, abs=TOLERANCE)
+        assert e.low <= true_e <= e.high
