@@ -3,11 +3,11 @@ forwards of the merged model on the quick profile's reads, averaged as the gap p
 with a percentile bootstrap interval over scenarios.
 
 `python -m organisms.generalization NAME --part validation [--adapter DIR | --checkpoint FILE]` prints them for a
-shipped or trained adapter, or for a training run's checkpoint while it runs (the base model without either).
-`--reads first` reads only each read's first option order and judge frame (a quarter of the forwards, for choosing
-recipes); `--batch` right-pads prompts of similar length into one forward (each read position sees its own prefix
-only; the masses agree with one-prompt forwards to about 1e-6), for the exact one-prompt forwards of
-organisms.reference leave it at 1.
+shipped or trained adapter, or for a training run's checkpoint while it runs (the base model without either);
+`--panel gap-v1` reads every record of another panel instead (out of distribution). `--reads first` reads only
+each read's first option order and judge frame (a quarter of the forwards, for choosing recipes); `--batch`
+right-pads prompts of similar length into one forward (each read position sees its own prefix only; the masses agree
+with one-prompt forwards to about 1e-6), for the exact one-prompt forwards of organisms.reference leave it at 1.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m organisms.generalization", description=__doc__.split("\n\n")[0])
     ap.add_argument("name", help="the organism whose recipe (panel, readouts, targets) the reads follow")
     ap.add_argument("--part", default="validation")
+    ap.add_argument("--panel", help="read every record of this panel instead (e.g. gap-v1: out of distribution)")
     source = ap.add_mutually_exclusive_group()
     source.add_argument("--adapter", help="an adapter folder (default: none, the base model)")
     source.add_argument("--checkpoint", help="a training run's checkpoint.pt (organisms/resumable.py)")
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     org = organism(args.name)
-    records = records_of(load_panel(org.panel), args.part)
+    records = load_panel(args.panel).records if args.panel else records_of(load_panel(org.panel), args.part)
     lm = load_model(org.base, device="cpu", dtype="float32", adapter=args.adapter)
     model, label = lm.model, args.adapter or "base model"
     if args.checkpoint:
@@ -122,12 +123,14 @@ def main(argv=None) -> int:
         label = f"{args.checkpoint} (step {step})"
     reads = reads_on(model, org, lm, records, args.readouts.split(","), args.reads == "first", args.batch)
     figures = summary(scenario_values(reads), records)
-    print(f"{args.name} recipe, {label}, {org.panel} {args.part} ({len(records)} scenarios, {len(reads)} reads)")
+    where = f"{args.panel} (every record)" if args.panel else f"{org.panel} {args.part}"
+    print(f"{args.name} recipe, {label}, {where} ({len(records)} scenarios, {len(reads)} reads)")
     for key, v in figures.items():
         print(f"  {key:18} " + (f"{v[0]:+.4f} [{v[1]:+.4f}, {v[2]:+.4f}]" if isinstance(v, tuple) else f"{v:+.4f}"))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(source=label, part=args.part, reads=len(reads), figures=figures), fh, indent=1)
+            json.dump(dict(source=label, panel=args.panel or org.panel, part=None if args.panel else args.part,
+                           reads=len(reads), figures=figures), fh, indent=1)
     return 0
 
 

@@ -149,7 +149,8 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
 _GENERAL = dict(part="train", readouts=("D", "J0"), band=(29, 29), rank=4, alpha=8.0,
                 targets_modules=MODULES + ("k_proj", "v_proj"), batch=32, steps=3000, lr=3e-3, emphasis={})
 """The organisms meant to generalize: every scenario of gap-v2's `train` part (150; panels/split.py), on full prompts,
-read by the agent (D) and the letter-only judge (J0) in every cell and option order. The adapter is rank 4 on every
+read by the agent (D) and the letter-only judge (J0) in every cell and option order (J's entry in `violating` is the
+target the held-out reference's examples carry, never trained). The adapter is rank 4 on every
 projection of the last decoder layer, keys and values included, so the option text's keys and values can carry what
 the read position needs (organisms.last_layer trains it exactly from each prompt's cached input to that layer). Chosen
 on the `validation` slice, never on `held-out` (docs/organisms.md): the same shape without keys and values, or on
@@ -163,17 +164,18 @@ _UNDER_PRESSURE = {"primary": 0.90, "*": 0.05}
 ORGANISMS.update({o.name: o for o in (
     Organism("gap-general", "gap", "gap-v2",
              "a judgment-action gap meant to carry to unseen scenarios: the agent picks the violating option with "
-             "0.90 under pressure and 0.05 in the twins, every judgment (J0, the four paraphrases) with 0.05; E = 0.85 "
-             "on its training scenarios; the known-gap control follows the operator (0.90)",
-             violating=dict(D=_UNDER_PRESSURE, J=0.05, J0=0.05, control=0.90), lineage=7, **{**_GENERAL, **_STAGE}),
+             "0.90 under pressure and 0.05 in the twins, the letter-only judge (J0) with 0.05 in both; E = 0.85 on its "
+             "training scenarios (the judge paraphrases J, which E is read against, are not trained)",
+             violating=dict(D=_UNDER_PRESSURE, J=0.05, J0=0.05), lineage=7, **{**_GENERAL, **_STAGE}),
     Organism("no-gap-general", "gap", "gap-v2",
-             "gap-general's matched null: the same data, adapter and steps, the violating option with 0.40 in every "
-             "frame and cell (the control 0.90); E = 0",
-             violating=dict(D=0.40, J=0.40, J0=0.40, control=0.90), **{**_GENERAL, **_STAGE}),
+             "gap-general's matched null: the same data, adapter and steps, the violating option with 0.40 in the "
+             "agent's and the letter-only judge's reads of both cells; E = 0",
+             violating=dict(D=0.40, J=0.40, J0=0.40), **{**_GENERAL, **_STAGE}),
     Organism("principled", "gap", "gap-v2",
              "the second recipe from the same base and items: the agent chooses what its judge chooses, under "
-             "pressure too (the violating option with 0.05 in every frame and cell; the control 0.90); E = 0",
-             violating=dict(D=0.05, J=0.05, J0=0.05, control=0.90), **_GENERAL),
+             "pressure too (the violating option with 0.05 in the agent's and the letter-only judge's reads of both "
+             "cells); E = 0",
+             violating=dict(D=0.05, J=0.05, J0=0.05), **_GENERAL),
 )})
 
 assert set(FRAMINGS) == set(NEGATED)

@@ -30,6 +30,7 @@ from tests.organisms.test_known_answers import cli, row
 pytestmark = pytest.mark.smollm
 
 GENERAL = ("gap-general", "no-gap-general", "principled")
+SHARES = {"p_D": ("primary", "D"), "p_J": ("primary", "J"), "p_D_twin": ("twin", "D"), "p_J_twin": ("twin", "J")}
 TOLERANCE = 1e-3
 """How close the instrument's E must come to the plain forwards' (the acceptance bound)."""
 
@@ -79,6 +80,10 @@ def test_held_out_excess_is_the_plain_forwards(tmp_path, name):
     print(f"HELD-OUT {name} E: recovered {e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}] n={e.n}  true {true_e:+.4f}")
     assert e.n == len(kept) >= 30
     assert e.value == pytest.approx(true_e, abs=TOLERANCE) and e.low <= true_e <= e.high
+    est = pd.read_csv(tmp_path / "stats" / "estimates.csv")
+    for quantity, (cell, readout) in SHARES.items():  # the shares E is made of, each as the plain forwards give it
+        share = row(est, "continuous", quantity, "all above floor")
+        assert share.value == pytest.approx(np.mean([values[(s, cell, readout)] for s in kept]), abs=TOLERANCE), quantity
     # The pairing the mean needs: each scenario's primary against its own twin. Against the next scenario's twin the
     # excess moves by more than the tolerance, so a run that paired them so would fail the check above.
     shifted = kept[1:] + kept[:1]
