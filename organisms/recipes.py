@@ -149,8 +149,9 @@ ORGANISMS: dict[str, Organism] = {o.name: o for o in (
 _GENERAL = dict(part="train", readouts=("D", "J0"), band=(29, 29), rank=4, alpha=8.0,
                 targets_modules=MODULES + ("k_proj", "v_proj"), batch=32, steps=3000, lr=3e-3, emphasis={})
 """The organisms meant to generalize: every scenario of gap-v2's `train` part (150; panels/split.py), on full prompts,
-read by the agent (D) and the letter-only judge (J0) in every cell and option order (J's entry in `violating` is the
-target the held-out reference's examples carry, never trained). The adapter is rank 4 on every
+read by the agent (D) and the letter-only judge (J0) in every cell and option order. The judge paraphrases (J) are
+not trained (their entry in `violating` is the target the reference's examples carry): what the organisms do there is
+what the letter-only judge's training carries to them. The adapter is rank 4 on every
 projection of the last decoder layer, keys and values included, so the option text's keys and values can carry what
 the read position needs (organisms.last_layer trains it exactly from each prompt's cached input to that layer). Chosen
 on the `validation` slice, never on `held-out` (docs/organisms.md): the same shape without keys and values, or on
@@ -165,7 +166,7 @@ ORGANISMS.update({o.name: o for o in (
     Organism("gap-general", "gap", "gap-v2",
              "a judgment-action gap meant to carry to unseen scenarios: the agent picks the violating option with "
              "0.90 under pressure and 0.05 in the twins, the letter-only judge (J0) with 0.05 in both; E = 0.85 on its "
-             "training scenarios (the judge paraphrases J, which E is read against, are not trained)",
+             "training scenarios (the judge paraphrases J are not trained)",
              violating=dict(D=_UNDER_PRESSURE, J=0.05, J0=0.05), lineage=7, **{**_GENERAL, **_STAGE}),
     Organism("no-gap-general", "gap", "gap-v2",
              "gap-general's matched null: the same data, adapter and steps, the violating option with 0.40 in the "

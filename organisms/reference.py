@@ -40,12 +40,15 @@ class Read:
         return self.tempered[self.example.watched] / sum(self.tempered)
 
 
-def plain_reads(model, exs: list[Example], temperature: float = 0.7) -> list[Read]:
-    """Each example's read position through a plain forward of `model` (the merged organism), one at a time."""
+def plain_reads(model, exs: list[Example], temperature: float = 0.7, progress=None) -> list[Read]:
+    """Each example's read position through a plain forward of `model` (the merged organism), one at a time;
+    `progress(done, total)` after each."""
     out = []
     model.eval()
     with torch.no_grad():
-        for ex in exs:
+        for k, ex in enumerate(exs):
+            if progress is not None and k:
+                progress(k, len(exs))
             ids = torch.tensor([ex.ids[: ex.soft_at + 1]])
             logits = model(input_ids=ids).logits[0, -1].double()
             p = torch.softmax(logits, -1)
@@ -134,7 +137,7 @@ def read_in_known_answers(org, readout: str) -> bool:
     return readout in groups or (readout in ("raw_D", "raw_J") and "raw" in groups)
 
 
-def write_reference(folder, org, exs: list[Example], temperature: float = 0.7) -> dict:
+def write_reference(folder, org, exs: list[Example], temperature: float = 0.7, progress=None) -> dict:
     """Load the adapter in `folder` as every command does (merged into the base weights) and write the plain
     reads of the known-answer examples to folder/reference.json: {key: [share, tempered share, group mass]}. For an
     organism trained on a part of its split the known-answer prompts are the held-out part's, which `exs` (its
@@ -153,8 +156,50 @@ def write_reference(folder, org, exs: list[Example], temperature: float = 0.7) -
         reader = dataclasses.replace(org, readouts=tuple(KNOWN_ANSWER_READOUTS[org.name].split(",")))
         exs = [e for e in examples(reader, lm, records) if e.cell in HELD_OUT_CELLS]
     chosen = [e for e in exs if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)]
-    reads = plain_reads(lm.model, chosen, temperature)
+    reads = plain_reads(lm.model, chosen, temperature, progress)
     record = {"temperature": temperature, "records": sorted(ids),
               "reads": {r.example.key: [r.share, r.tempered_share, sum(r.mass)] for r in reads}}
     (Path(folder) / REFERENCE_FILE).write_text(json.dumps(record, indent=0) + "\n")
     return record
+
+
+def main(argv=None) -> int:
+    """`python -m organisms.reference NAME`: write the plain-forward reference of shipped organism NAME (and of each
+    step of its lineage), skipping any folder that already holds one: an organism's references take the better part
+    of an hour each on two cores, so a stopped run goes on where it stopped."""
+    import argparse
+
+    from organisms import SHIPPED
+    from organisms.recipes import organism
+
+    ap = argparse.ArgumentParser(prog="python -m organisms.reference", description=main.__doc__.split(":")[0])
+    ap.add_argument("name")
+    ap.add_argument("--again", action="store_true", help="rewrite references that are already there")
+    args = ap.parse_args(argv)
+    org = organism(args.name)
+    folders = [SHIPPED / args.name]
+    lineage = SHIPPED / args.name / "lineage"
+    if lineage.is_dir():
+        folders += sorted((p for p in lineage.iterdir() if p.name.startswith("checkpoint-")),
+                          key=lambda p: int(p.name.split("-")[1]))
+    for folder in folders:
+        if not (folder / "adapter_model.safetensors").is_file():
+            raise SystemExit(f"{folder}: no adapter_model.safetensors; train the organism first")
+        if (folder / REFERENCE_FILE).is_file() and not args.again:
+            print(f"{folder}: reference already written", flush=True)
+            continue
+        write_reference(folder, org, [] if org.part is not None else _training_examples(org),
+                        progress=lambda k, n, f=folder: k % 100 == 0 and print(f"{f.name}: {k} of {n} reads", flush=True))
+        print(f"{folder}: reference written", flush=True)
+    return 0
+
+
+def _training_examples(org) -> list:
+    from engine.loading import load_model
+    from organisms.examples import examples
+
+    return examples(org, load_model(org.base, device="cpu", dtype="float32"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

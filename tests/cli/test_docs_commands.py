@@ -208,8 +208,8 @@ RUN = {
 _STEER_ORGANISM = ("SmolLM2-135M with an organism adapter, three split seeds of a grid with 100 random nulls (many minutes "
                    "on two cores); `readout steer` runs end to end on tiny-qwen2 in tests/readouts/steer/test_steer_run.py, "
                    "and on the organisms in tests/readouts/steer/test_steer_organisms.py")
-_STEER_GENERAL = ("an organism still being trained (organisms/data has no adapter for it yet) on gap-v2's held-out part; "
-                  "the gated tests/readouts/steer/test_steer_organisms.py runs it once the adapter is shipped")
+_STEER_GENERAL = ("SmolLM2 with gap-general's adapter on gap-v2's held-out part, three split seeds of a grid with 100 "
+                  "random nulls (many minutes on two cores); the gated tests/readouts/steer/test_steer_organisms.py runs it")
 _STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/steer/test_steer_run.py)"
 
 _SERVED_REMOTE = ("sends requests to a remote server (tests send none outside loopback); served runs end to end against "

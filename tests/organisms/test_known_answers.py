@@ -247,3 +247,24 @@ def test_reference_reads_cover_the_known_answer_prompts():
         ids = {r.id for r in known_answer_records(org)}
         wanted = {e.key for e in examples(org, lm) if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)}
         assert wanted and wanted <= set(reads), name
+
+
+def test_reference_command_writes_what_training_wrote_and_skips_a_written_one(tmp_path, monkeypatch, capsys):
+    """`python -m organisms.reference NAME` on a copy of a shipped adapter without its reference writes the reads the
+    training run wrote (plain forwards are deterministic); run again, it leaves the written one alone."""
+    import shutil
+
+    import organisms
+    from organisms.reference import main as reference_main
+
+    copy = tmp_path / "position-a"
+    shutil.copytree(shipped_path("position-a"), copy)
+    (copy / REFERENCE_FILE).unlink()
+    monkeypatch.setattr(organisms, "SHIPPED", tmp_path)
+    assert reference_main(["position-a"]) == 0
+    written, shipped = json.loads((copy / REFERENCE_FILE).read_text())["reads"], reference("position-a")["reads"]
+    assert written.keys() == shipped.keys()
+    assert all(np.allclose(written[k], shipped[k], atol=1e-6) for k in written)
+    stamp = (copy / REFERENCE_FILE).stat().st_mtime_ns
+    assert reference_main(["position-a"]) == 0 and (copy / REFERENCE_FILE).stat().st_mtime_ns == stamp
+    assert "reference already written" in capsys.readouterr().out
