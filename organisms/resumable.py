@@ -61,8 +61,12 @@ def lineage_step(lineage: Path, step: int) -> Path:
 
 
 def identity(org, exs) -> str:
-    """A digest of the recipe and the examples' token ids and targets: a checkpoint resumes only the same run."""
+    """A digest of the recipe, the adapter a staged recipe starts from and the examples' token ids and targets: a
+    checkpoint resumes only the same run."""
     h = hashlib.sha256(json.dumps(org.recipe(), sort_keys=True, default=list).encode())
+    start = SHIPPED / org.init / "adapter_model.safetensors" if org.init else None
+    if start is not None and start.is_file():
+        h.update(start.read_bytes())
     for e in exs:
         h.update(repr((e.key, e.ids, e.soft_at, e.target, e.hard)).encode())
     return h.hexdigest()

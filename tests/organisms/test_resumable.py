@@ -137,7 +137,8 @@ def test_the_frozen_pass_runs_a_shared_prefix_once_and_gives_the_same_states(mon
 
 def test_a_staged_recipe_starts_from_its_earlier_stages_shipped_adapter(tmp_path, monkeypatch):
     """`init`: the recipe's adapter starts from the shipped adapter of the organism it names (with a learning rate of
-    0 it ends as that adapter); without that adapter on disk the run stops with one line naming the missing file."""
+    0 it ends as that adapter), whose bytes are part of the run's identity; without that adapter on disk the run stops
+    with one line naming the missing file."""
     from engine.errors import ReadoutError
 
     monkeypatch.setattr(resumable, "SHIPPED", tmp_path / "shipped")
@@ -148,6 +149,10 @@ def test_a_staged_recipe_starts_from_its_earlier_stages_shipped_adapter(tmp_path
     saved = {n: p for n, p in first.model.named_parameters() if "lora_" in n}
     assert any(p.abs().max() > 0 for n, p in saved.items() if "lora_B" in n)
     assert all(torch.equal(p, saved[n]) for n, p in again.model.named_parameters() if "lora_" in n)
+    exs = _examples(staged, _fresh())
+    ident = resumable.identity(staged, exs)
+    _run(dataclasses.replace(first_org, lr=1e-2), tmp_path / "ckpt-other", tmp_path / "shipped" / "earlier")
+    assert resumable.identity(staged, exs) != ident  # a checkpoint of the stage does not resume over another start
     missing = dataclasses.replace(staged, init="absent")
     with pytest.raises(ReadoutError, match=r"absent/adapter_model.safetensors\); train that one first"):
         _run(missing, tmp_path / "ckpt-missing", tmp_path / "missing")
