@@ -165,8 +165,8 @@ def write_reference(folder, org, exs: list[Example], temperature: float = 0.7, p
 
 def main(argv=None) -> int:
     """`python -m organisms.reference NAME`: write the plain-forward reference of shipped organism NAME (and of each
-    step of its lineage), skipping any folder that already holds one: an organism's references take the better part
-    of an hour each on two cores, so a stopped run goes on where it stopped."""
+    step of its lineage), skipping any folder that already holds one: a held-out reference takes most of an hour on
+    two cores, so a stopped run goes on where it stopped."""
     import argparse
 
     from organisms import SHIPPED
