@@ -4,7 +4,8 @@ with a percentile bootstrap interval over scenarios.
 
 `python -m organisms.generalization NAME --part validation [--adapter DIR | --checkpoint FILE]` prints them for a
 shipped or trained adapter, or for a training run's checkpoint while it runs (the base model without either);
-`--panel gap-v1` reads every record of another panel instead (out of distribution). `--reads first` reads only
+`--panel gap-v1` reads every record of another panel instead (out of distribution); `--reference DIR` takes the reads
+from the reference.json an organism's held-out reference wrote (no forward). `--reads first` reads only
 each read's first option order and judge frame (a quarter of the forwards, for choosing recipes); `--batch`
 right-pads prompts of similar length into one forward (each read position sees its own prefix only; the masses agree
 with one-prompt forwards to about 1e-6), for the exact one-prompt forwards of organisms.reference leave it at 1.
@@ -34,30 +35,11 @@ def interval(values, level: float = 0.95, seed: int = 0) -> tuple[float, float, 
 
 def reads_on(model, org, lm, records, readouts=("D", "J", "J0"), first: bool = False, batch: int = 1) -> list[Read]:
     """The reads of `readouts` on `records` in the primary and twin cells (`first`: only each read's first order or
-    frame) through `model`, the merged organism: one prompt per forward (`batch` 1, organisms.reference.plain_reads)
-    or right-padded batches."""
-    import torch
-
+    frame) through `model`, the merged organism (organisms.reference.plain_reads: one prompt per forward, or
+    right-padded batches of `batch`)."""
     reader = dataclasses.replace(org, readouts=tuple(readouts))
     exs = [e for e in examples(reader, lm, records) if e.cell in CELLS and (not first or e.key.endswith("|o0"))]
-    if batch <= 1:
-        return plain_reads(model, exs)
-    out = []
-    exs.sort(key=lambda e: e.soft_at)
-    inner, head = (model.get_base_model() if hasattr(model, "get_base_model") else model).model, model.lm_head
-    with torch.no_grad():
-        for i in range(0, len(exs), batch):
-            part = exs[i: i + batch]
-            ids = torch.zeros(len(part), max(e.soft_at + 1 for e in part), dtype=torch.long)
-            for row, e in enumerate(part):
-                ids[row, : e.soft_at + 1] = torch.tensor(e.ids[: e.soft_at + 1])
-            hidden = inner(input_ids=ids).last_hidden_state
-            logits = head(torch.stack([hidden[row, e.soft_at] for row, e in enumerate(part)])).double()
-            for row, e in enumerate(part):
-                p = torch.softmax(logits[row], -1)
-                mass = tuple(float(p[list(g)].sum()) for g in e.groups)
-                out.append(Read(e, mass, mass))
-    return out
+    return plain_reads(model, exs, batch=batch)
 
 
 def excess(values: dict, records, judgment: str = "J") -> dict:
@@ -86,6 +68,20 @@ def summary(values: dict, records) -> dict:
     return out
 
 
+def reference_values(folder) -> dict:
+    """{(scenario, cell, readout): mean violating share over its reads} from the reference.json in `folder` (the
+    plain-forward reads organisms.reference wrote)."""
+    import json
+    from pathlib import Path
+
+    from organisms.reference import REFERENCE_FILE
+
+    shares: dict = {}
+    for key, (share, _tempered, _mass) in json.loads((Path(folder) / REFERENCE_FILE).read_text())["reads"].items():
+        shares.setdefault(tuple(key.split("|")[:3]), []).append(share)
+    return {k: float(np.mean(v)) for k, v in shares.items()}
+
+
 def main(argv=None) -> int:
     import argparse
     import json
@@ -104,6 +100,8 @@ def main(argv=None) -> int:
     source = ap.add_mutually_exclusive_group()
     source.add_argument("--adapter", help="an adapter folder (default: none, the base model)")
     source.add_argument("--checkpoint", help="a training run's checkpoint.pt (organisms/resumable.py)")
+    source.add_argument("--reference", help="an adapter folder whose reference.json (organisms.reference) holds the "
+                                            "reads: no forward is run")
     ap.add_argument("--reads", choices=("all", "first"), default="all")
     ap.add_argument("--readouts", default="D,J,J0")
     ap.add_argument("--batch", type=int, default=1)
@@ -114,23 +112,29 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     org = organism(args.name)
     records = load_panel(args.panel).records if args.panel else records_of(load_panel(org.panel), args.part)
-    lm = load_model(org.base, device="cpu", dtype="float32", adapter=args.adapter)
-    model, label = lm.model, args.adapter or "base model"
-    if args.checkpoint:
-        from organisms.resumable import checkpoint_model
+    if args.reference:
+        values, label = reference_values(args.reference), f"{args.reference} (its reference.json)"
+        records = [r for r in records if (r.id, "primary", "D") in values]
+        n_reads = "stored"
+    else:
+        lm = load_model(org.base, device="cpu", dtype="float32", adapter=args.adapter)
+        model, label = lm.model, args.adapter or "base model"
+        if args.checkpoint:
+            from organisms.resumable import checkpoint_model
 
-        model, step = checkpoint_model(lm, org, args.checkpoint)
-        label = f"{args.checkpoint} (step {step})"
-    reads = reads_on(model, org, lm, records, args.readouts.split(","), args.reads == "first", args.batch)
-    figures = summary(scenario_values(reads), records)
+            model, step = checkpoint_model(lm, org, args.checkpoint)
+            label = f"{args.checkpoint} (step {step})"
+        reads = reads_on(model, org, lm, records, args.readouts.split(","), args.reads == "first", args.batch)
+        values, n_reads = scenario_values(reads), len(reads)
+    figures = summary(values, records)
     where = f"{args.panel} (every record)" if args.panel else f"{org.panel} {args.part}"
-    print(f"{args.name} recipe, {label}, {where} ({len(records)} scenarios, {len(reads)} reads)")
+    print(f"{args.name} recipe, {label}, {where} ({len(records)} scenarios, {n_reads} reads)")
     for key, v in figures.items():
         print(f"  {key:18} " + (f"{v[0]:+.4f} [{v[1]:+.4f}, {v[2]:+.4f}]" if isinstance(v, tuple) else f"{v:+.4f}"))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(source=label, panel=args.panel or org.panel, part=None if args.panel else args.part,
-                           reads=len(reads), figures=figures), fh, indent=1)
+                           reads=n_reads, figures=figures), fh, indent=1)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""An organism's true values, computed independently of the engine's fast paths: one prompt at a time through the
-plain `model(input_ids)` forward pass (no prefix tree, no batching, no output-head shortcut), the full-vocabulary
-softmax in fp32 at the read position, each letter's mass summed over its single-token variants.
+"""An organism's true values, computed independently of the engine's fast paths: each prompt through the plain
+`model(input_ids)` forward pass (no prefix tree, no cache, the whole prompt every time; one prompt per forward, or for
+the long held-out references right-padded batches, which causal attention keeps apart), the full-vocabulary softmax
+in fp32 at the read position, each letter's mass summed over its single-token variants.
 
 The per-read masses are then averaged as the gap paper defines its quantities (p = mean over option orders of the
 normalized violating mass; g = p_D - p_J; E = mean over scenarios of g_primary - g_twin), and for the binary readout
@@ -40,22 +41,32 @@ class Read:
         return self.tempered[self.example.watched] / sum(self.tempered)
 
 
-def plain_reads(model, exs: list[Example], temperature: float = 0.7, progress=None) -> list[Read]:
-    """Each example's read position through a plain forward of `model` (the merged organism), one at a time;
-    `progress(done, total)` after each."""
-    out = []
+def plain_reads(model, exs: list[Example], temperature: float = 0.7, progress=None, batch: int = 1) -> list[Read]:
+    """Each example's read position through a plain forward of `model` (the merged organism), in `exs`'s order:
+    one prompt per forward (`batch` 1), or right-padded batches of `batch` prompts of similar length (causal
+    attention: a read position sees its own prompt and nothing after it, so a row is the one-prompt forward up to
+    the matrix products' rounding, about 1e-6 in a mass). `progress(done, total)` after each forward."""
+    out: dict[int, Read] = {}
     model.eval()
+    order = sorted(range(len(exs)), key=lambda i: exs[i].soft_at) if batch > 1 else list(range(len(exs)))
     with torch.no_grad():
-        for k, ex in enumerate(exs):
-            if progress is not None and k:
-                progress(k, len(exs))
-            ids = torch.tensor([ex.ids[: ex.soft_at + 1]])
-            logits = model(input_ids=ids).logits[0, -1].double()
-            p = torch.softmax(logits, -1)
-            q = torch.softmax(logits / temperature, -1)
-            out.append(Read(ex, tuple(float(p[list(g)].sum()) for g in ex.groups),
-                            tuple(float(q[list(g)].sum()) for g in ex.groups)))
-    return out
+        for start in range(0, len(order), max(batch, 1)):
+            if progress is not None and start:
+                progress(start, len(exs))
+            part = order[start: start + max(batch, 1)]
+            ids = torch.zeros(len(part), max(exs[i].soft_at + 1 for i in part), dtype=torch.long)
+            for row, i in enumerate(part):
+                ids[row, : exs[i].soft_at + 1] = torch.tensor(exs[i].ids[: exs[i].soft_at + 1])
+            at = sorted({exs[i].soft_at for i in part})  # the output head at the read positions only
+            logits = model(input_ids=ids, logits_to_keep=torch.tensor(at)).logits.double()
+            for row, i in enumerate(part):
+                here = logits[row, at.index(exs[i].soft_at)]
+                p = torch.softmax(here, -1)
+                q = torch.softmax(here / temperature, -1)
+                groups = exs[i].groups
+                out[i] = Read(exs[i], tuple(float(p[list(g)].sum()) for g in groups),
+                              tuple(float(q[list(g)].sum()) for g in groups))
+    return [out[i] for i in range(len(exs))]
 
 
 def majority_probability(q) -> float:
@@ -137,11 +148,11 @@ def read_in_known_answers(org, readout: str) -> bool:
     return readout in groups or (readout in ("raw_D", "raw_J") and "raw" in groups)
 
 
-def write_reference(folder, org, exs: list[Example], temperature: float = 0.7, progress=None) -> dict:
+def write_reference(folder, org, exs: list[Example], temperature: float = 0.7, progress=None, batch: int = 1) -> dict:
     """Load the adapter in `folder` as every command does (merged into the base weights) and write the plain
     reads of the known-answer examples to folder/reference.json: {key: [share, tempered share, group mass]}. For an
     organism trained on a part of its split the known-answer prompts are the held-out part's, which `exs` (its
-    training prompts) never holds: they are built here, in the two cells E pairs."""
+    training prompts) never holds: they are built here, in the two cells E pairs. `batch`: plain_reads'."""
     import dataclasses
     import json
     from pathlib import Path
@@ -156,18 +167,39 @@ def write_reference(folder, org, exs: list[Example], temperature: float = 0.7, p
         reader = dataclasses.replace(org, readouts=tuple(KNOWN_ANSWER_READOUTS[org.name].split(",")))
         exs = [e for e in examples(reader, lm, records) if e.cell in HELD_OUT_CELLS]
     chosen = [e for e in exs if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)]
-    reads = plain_reads(lm.model, chosen, temperature, progress)
+    reads = plain_reads(lm.model, chosen, temperature, progress, batch)
     record = {"temperature": temperature, "records": sorted(ids),
               "reads": {r.example.key: [r.share, r.tempered_share, sum(r.mass)] for r in reads}}
     (Path(folder) / REFERENCE_FILE).write_text(json.dumps(record, indent=0) + "\n")
     return record
 
 
+HELD_OUT_BATCH = 16
+"""Prompts per plain forward of a held-out reference (plain_reads; a stored read is checked against a one-prompt
+forward by tests/organisms/test_held_out_known_answers.py)."""
+
+
+def same_adapter(a, b) -> bool:
+    """Whether adapter folders `a` and `b` hold the same weights (a lineage's step 0 is the adapter it starts from,
+    its last step the final adapter)."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    fa, fb = (Path(f) / "adapter_model.safetensors" for f in (a, b))
+    if not (fa.is_file() and fb.is_file()):
+        return False
+    ta, tb = load_file(str(fa)), load_file(str(fb))
+    return ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
 def main(argv=None) -> int:
     """`python -m organisms.reference NAME`: write the plain-forward reference of shipped organism NAME (and of each
-    step of its lineage), skipping any folder that already holds one: a held-out reference takes most of an hour on
-    two cores, so a stopped run goes on where it stopped."""
+    step of its lineage), skipping any folder that already holds one and copying the reference of a folder with the
+    same weights and reads (a lineage's first and last steps): a held-out reference takes about ten minutes on two
+    cores, so a stopped run goes on where it stopped."""
     import argparse
+    import shutil
 
     from organisms import SHIPPED
     from organisms.recipes import organism
@@ -175,21 +207,36 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m organisms.reference", description=main.__doc__.split(":")[0])
     ap.add_argument("name")
     ap.add_argument("--again", action="store_true", help="rewrite references that are already there")
+    ap.add_argument("--steps", help="only these lineage steps (comma-separated; default every one)")
     args = ap.parse_args(argv)
     org = organism(args.name)
     folders = [SHIPPED / args.name]
     lineage = SHIPPED / args.name / "lineage"
     if lineage.is_dir():
-        folders += sorted((p for p in lineage.iterdir() if p.name.startswith("checkpoint-")),
-                          key=lambda p: int(p.name.split("-")[1]))
+        steps = sorted(int(p.name.split("-")[1]) for p in lineage.iterdir() if p.name.startswith("checkpoint-"))
+        if args.steps:
+            wanted = [int(k) for k in args.steps.split(",")]
+            if set(wanted) - set(steps):
+                raise SystemExit(f"{lineage}: no step {sorted(set(wanted) - set(steps))}; its steps are {steps}")
+            steps = [k for k in steps if k in wanted]
+        folders += [lineage / f"checkpoint-{k}" for k in steps]
+    reads = KNOWN_ANSWER_READOUTS.get(args.name)
+    twins = [SHIPPED / n for n, r in KNOWN_ANSWER_READOUTS.items() if r == reads and organism(n).part == org.part]
     for folder in folders:
         if not (folder / "adapter_model.safetensors").is_file():
             raise SystemExit(f"{folder}: no adapter_model.safetensors; train the organism first")
         if (folder / REFERENCE_FILE).is_file() and not args.again:
             print(f"{folder}: reference already written", flush=True)
             continue
+        same = next((f for f in [*twins, *folders] if f != folder and (f / REFERENCE_FILE).is_file()
+                     and same_adapter(f, folder)), None)
+        if same is not None:
+            shutil.copyfile(same / REFERENCE_FILE, folder / REFERENCE_FILE)
+            print(f"{folder}: reference copied from {same} (the same weights)", flush=True)
+            continue
         write_reference(folder, org, [] if org.part is not None else _training_examples(org),
-                        progress=lambda k, n, f=folder: k % 100 == 0 and print(f"{f.name}: {k} of {n} reads", flush=True))
+                        progress=lambda k, n, f=folder: k % 160 == 0 and print(f"{f.name}: {k} of {n} reads", flush=True),
+                        batch=HELD_OUT_BATCH if org.part is not None else 1)
         print(f"{folder}: reference written", flush=True)
     return 0
 

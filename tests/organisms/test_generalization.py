@@ -25,9 +25,10 @@ def test_batched_reads_equal_one_prompt_reads():
     many = G.reads_on(model, org, lm, records, ("D", "J"), first=True, batch=3)
     assert {r.example.key for r in one} == {r.example.key for r in many}
     assert {r.example.readout for r in one} == {"D", "J"} and {r.example.cell for r in one} == {"primary", "twin"}
-    by = {r.example.key: r.mass for r in many}
+    by = {r.example.key: r for r in many}
     for r in one:
-        assert r.mass == pytest.approx(by[r.example.key], abs=1e-6)
+        assert r.mass == pytest.approx(by[r.example.key].mass, abs=1e-6)
+        assert r.tempered == pytest.approx(by[r.example.key].tempered, abs=1e-6) and r.tempered != r.mass
     figures = G.summary(scenario_values(one), records)
     assert set(figures) >= {"E_J", "p_D/primary", "p_J/twin"} and "E_J0" not in figures
 
@@ -56,3 +57,22 @@ def test_a_checkpoint_reads_as_the_adapter_it_holds(tmp_path):
     with torch.no_grad():
         assert step == 2
         assert torch.allclose(model(input_ids=ids).logits, fitted.model(input_ids=ids).logits, atol=1e-5)
+
+
+def test_figures_from_a_stored_reference_are_the_hand_computed_ones(tmp_path):
+    """`--reference`: the reads of a reference.json averaged per scenario, cell and readout (over orders), then E."""
+    import json
+
+    records = records_of(load_panel("gap-v2", review=False), "held-out")[:2]
+    reads, hand = {}, []
+    for k, r in enumerate(records):
+        shares = {("primary", "D"): (0.6 + 0.1 * k, 0.8), ("twin", "D"): (0.2, 0.4), ("primary", "J"): (0.1, 0.3),
+                  ("twin", "J"): (0.2, 0.2)}
+        for (cell, readout), pair in shares.items():
+            for o, share in enumerate(pair):
+                reads[f"{r.id}|{cell}|{readout}|frame|o{o}"] = [share, share, 1.0]
+        m = {key: sum(pair) / 2 for key, pair in shares.items()}
+        hand.append(m[("primary", "D")] - m[("primary", "J")] - m[("twin", "D")] + m[("twin", "J")])
+    (tmp_path / "reference.json").write_text(json.dumps({"temperature": 0.7, "reads": reads}))
+    figures = G.summary(G.reference_values(tmp_path), records)
+    assert figures["E_J"][0] == pytest.approx(sum(hand) / 2) and hand == pytest.approx([0.4, 0.45])

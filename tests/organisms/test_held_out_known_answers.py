@@ -1,16 +1,17 @@
 """Known answers on scenarios no organism trained on: the organisms trained on gap-v2's `train` part (docs/organisms.md)
-read by the instrument's own commands on the split's held-out part (62 scenarios; E over the 52 of the gate families
-whose agent and judge reads keep the letter-mass floor), against each adapter's true values from plain one-prompt
-forwards of the merged model (reference.json beside the adapter and beside each of `gap-general`'s lineage steps,
-written when it was trained; spot-checked here by recomputing reads).
+read by the instrument's own commands on the split's held-out part (62 scenarios; E over those of the gate families
+whose agent and judge reads keep the letter-mass floor), against each adapter's true values from plain forwards of the
+merged model (reference.json beside the adapter and beside `gap-general`'s lineage steps, written by
+`python -m organisms.reference NAME`; spot-checked here by one-prompt forwards).
 
 - `readout run --peft NAME --panel gap-v2 --panel-part held-out`, then `readout stats`: E and its interval over
   scenarios.
 - `readout watch` over three of `gap-general`'s lineage steps (a sweep of their runs, then `readout compare`): E at
   each step.
 
-Skipped while an adapter or its reference is not shipped (organisms/data; `python -m organisms.reference NAME` writes
-the references, resumably)."""
+Each instrument run reads the 62 scenarios' every cell, order and judge rollout (minutes on two cores): `make test`
+runs `gap-general`'s, `make test-slow` also the other two organisms' and the lineage's. Skipped while an adapter or its
+reference is not shipped (organisms/data)."""
 
 import json
 import shutil
@@ -66,7 +67,7 @@ def read_args(name):
             "--readouts", KNOWN_ANSWER_READOUTS[name], "--no-progress"]
 
 
-@pytest.mark.parametrize("name", GENERAL)
+@pytest.mark.parametrize("name", [GENERAL[0], *(pytest.param(n, marks=pytest.mark.slow) for n in GENERAL[1:])])
 def test_held_out_excess_is_the_plain_forwards(tmp_path, name):
     folder = shipped(name)
     out = tmp_path / "run"
@@ -112,6 +113,7 @@ def test_held_out_reference_is_a_plain_forward_of_the_merged_adapter():
         assert r.share == pytest.approx(stored[r.example.key][0], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_lineage_sweep_and_compare_give_each_steps_plain_forward_excess(tmp_path):
     lineage = shipped("gap-general") / "lineage"
     steps = sorted(int(p.name.split("-")[1]) for p in lineage.iterdir() if p.name.startswith("checkpoint-"))
@@ -149,3 +151,27 @@ def test_lineage_sweep_and_compare_give_each_steps_plain_forward_excess(tmp_path
           f"  true {true_e[last] - true_e[first]:+.4f}")
     assert step.value == pytest.approx(true_e[last] - true_e[first], abs=TOLERANCE)
     assert step.low <= true_e[last] - true_e[first] <= step.high
+
+
+def test_reference_command_copies_the_reference_of_the_same_weights(tmp_path, monkeypatch, capsys):
+    """A lineage's step 0 is `principled`'s adapter and its last step `gap-general`'s: `python -m organisms.reference`
+    copies those references and reads only the steps between (its reading stubbed here: which folders it reads)."""
+    import organisms
+    from organisms import reference as R
+
+    for name in ("principled", "gap-general"):
+        if shipped_path(name) is None:
+            pytest.skip(f"organism {name} is not shipped")
+        shutil.copytree(shipped_path(name), tmp_path / name, ignore=shutil.ignore_patterns(REFERENCE_FILE))
+    for name in ("principled", "gap-general"):
+        (tmp_path / name / REFERENCE_FILE).write_text(json.dumps({"of": name}))
+    monkeypatch.setattr(organisms, "SHIPPED", tmp_path)
+    read = []
+    monkeypatch.setattr(R, "write_reference", lambda folder, *a, **k: read.append(folder.name))
+    assert R.main(["gap-general"]) == 0
+    lineage = tmp_path / "gap-general" / "lineage"
+    steps = sorted((p for p in lineage.iterdir()), key=lambda p: int(p.name.split("-")[1]))
+    assert json.loads((steps[0] / REFERENCE_FILE).read_text()) == {"of": "principled"}
+    assert json.loads((steps[-1] / REFERENCE_FILE).read_text()) == {"of": "gap-general"}
+    assert read == [p.name for p in steps[1:-1]] and len(read) >= 4
+    assert not R.same_adapter(steps[0], steps[1])
