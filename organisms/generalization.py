@@ -85,6 +85,7 @@ def reference_values(folder) -> dict:
 def main(argv=None) -> int:
     import argparse
     import json
+    from pathlib import Path
 
     import torch
 
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     source.add_argument("--adapter", help="an adapter folder (default: none, the base model)")
     source.add_argument("--checkpoint", help="a training run's checkpoint.pt (organisms/resumable.py)")
     source.add_argument("--reference", help="an adapter folder whose reference.json (organisms.reference) holds the "
-                                            "reads: no forward is run")
+                                            "reads of the records it names: no forward is run")
     ap.add_argument("--reads", choices=("all", "first"), default="all")
     ap.add_argument("--readouts", default="D,J,J0")
     ap.add_argument("--batch", type=int, default=1)
@@ -113,9 +114,14 @@ def main(argv=None) -> int:
     org = organism(args.name)
     records = load_panel(args.panel).records if args.panel else records_of(load_panel(org.panel), args.part)
     if args.reference:
+        from organisms.reference import REFERENCE_FILE
+
+        stored = json.loads((Path(args.reference) / REFERENCE_FILE).read_text())
+        records = [r for r in load_panel(org.panel).records if r.id in set(stored["records"])]
+        if not records:
+            raise SystemExit(f"{Path(args.reference) / REFERENCE_FILE}: records: none of {org.panel}'s")
         values, label = reference_values(args.reference), f"{args.reference} (its reference.json)"
-        records = [r for r in records if (r.id, "primary", "D") in values]
-        n_reads = "stored"
+        n_reads = len(stored["reads"])
     else:
         lm = load_model(org.base, device="cpu", dtype="float32", adapter=args.adapter)
         model, label = lm.model, args.adapter or "base model"
@@ -127,13 +133,14 @@ def main(argv=None) -> int:
         reads = reads_on(model, org, lm, records, args.readouts.split(","), args.reads == "first", args.batch)
         values, n_reads = scenario_values(reads), len(reads)
     figures = summary(values, records)
-    where = f"{args.panel} (every record)" if args.panel else f"{org.panel} {args.part}"
+    where = (f"{args.panel} (every record)" if args.panel else
+             f"{org.panel}, the reference's records" if args.reference else f"{org.panel} {args.part}")
     print(f"{args.name} recipe, {label}, {where} ({len(records)} scenarios, {n_reads} reads)")
     for key, v in figures.items():
         print(f"  {key:18} " + (f"{v[0]:+.4f} [{v[1]:+.4f}, {v[2]:+.4f}]" if isinstance(v, tuple) else f"{v:+.4f}"))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(source=label, panel=args.panel or org.panel, part=None if args.panel else args.part,
+            json.dump(dict(source=label, panel=args.panel or org.panel, part=None if args.panel or args.reference else args.part,
                            reads=n_reads, figures=figures), fh, indent=1)
     return 0
 

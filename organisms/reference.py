@@ -168,7 +168,7 @@ def write_reference(folder, org, exs: list[Example], temperature: float = 0.7, p
         exs = [e for e in examples(reader, lm, records) if e.cell in HELD_OUT_CELLS]
     chosen = [e for e in exs if e.key.split("|")[0] in ids and read_in_known_answers(org, e.readout)]
     reads = plain_reads(lm.model, chosen, temperature, progress, batch)
-    record = {"temperature": temperature, "records": sorted(ids),
+    record = {"temperature": temperature, "records": sorted(ids), "adapter": adapter_digest(folder),
               "reads": {r.example.key: [r.share, r.tempered_share, sum(r.mass)] for r in reads}}
     (Path(folder) / REFERENCE_FILE).write_text(json.dumps(record, indent=0) + "\n")
     return record
@@ -179,25 +179,38 @@ HELD_OUT_BATCH = 16
 forward by tests/organisms/test_held_out_known_answers.py)."""
 
 
-def same_adapter(a, b) -> bool:
-    """Whether adapter folders `a` and `b` hold the same weights (a lineage's step 0 is the adapter it starts from,
-    its last step the final adapter)."""
+def adapter_digest(folder) -> str | None:
+    """sha256 of the adapter weights in `folder` (names, shapes and values; not the file's metadata), recorded in its
+    reference: a reference is of the weights beside it only while the digests agree. None without an adapter."""
+    import hashlib
     from pathlib import Path
 
     from safetensors.torch import load_file
 
-    fa, fb = (Path(f) / "adapter_model.safetensors" for f in (a, b))
-    if not (fa.is_file() and fb.is_file()):
-        return False
-    ta, tb = load_file(str(fa)), load_file(str(fb))
-    return ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+    path = Path(folder) / "adapter_model.safetensors"
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    for name, t in sorted(load_file(str(path)).items()):
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        h.update(t.detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def reference_digest(folder) -> str | None:
+    """The adapter digest a folder's reference.json was read from (None: no reference, or one without it)."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / REFERENCE_FILE
+    return json.loads(path.read_text()).get("adapter") if path.is_file() else None
 
 
 def main(argv=None) -> int:
     """`python -m organisms.reference NAME`: write the plain-forward reference of shipped organism NAME (and of each
-    step of its lineage), skipping any folder that already holds one and copying the reference of a folder with the
-    same weights and reads (a lineage's first and last steps): a held-out reference takes about ten minutes on two
-    cores, so a stopped run goes on where it stopped."""
+    step of its lineage), skipping any folder whose reference is of the weights beside it (adapter_digest) and
+    copying the reference of a folder with the same weights and reads (a lineage's first and last steps): a held-out
+    reference takes about ten minutes on two cores, so a stopped run goes on where it stopped."""
     import argparse
     import shutil
 
@@ -215,21 +228,27 @@ def main(argv=None) -> int:
     if lineage.is_dir():
         steps = sorted(int(p.name.split("-")[1]) for p in lineage.iterdir() if p.name.startswith("checkpoint-"))
         if args.steps:
-            wanted = [int(k) for k in args.steps.split(",")]
+            try:
+                wanted = [int(k) for k in args.steps.split(",")]
+            except ValueError:
+                raise SystemExit(f"--steps: '{args.steps}' is not a comma-separated list of steps") from None
             if set(wanted) - set(steps):
                 raise SystemExit(f"{lineage}: no step {sorted(set(wanted) - set(steps))}; its steps are {steps}")
             steps = [k for k in steps if k in wanted]
         folders += [lineage / f"checkpoint-{k}" for k in steps]
     reads = KNOWN_ANSWER_READOUTS.get(args.name)
     twins = [SHIPPED / n for n, r in KNOWN_ANSWER_READOUTS.items() if r == reads and organism(n).part == org.part]
+    written: list = []
     for folder in folders:
-        if not (folder / "adapter_model.safetensors").is_file():
+        digest = adapter_digest(folder)
+        if digest is None:
             raise SystemExit(f"{folder}: no adapter_model.safetensors; train the organism first")
-        if (folder / REFERENCE_FILE).is_file() and not args.again:
+        if reference_digest(folder) == digest and not args.again:
             print(f"{folder}: reference already written", flush=True)
             continue
-        same = next((f for f in [*twins, *folders] if f != folder and (f / REFERENCE_FILE).is_file()
-                     and same_adapter(f, folder)), None)
+        same = next((f for f in (written if args.again else [*twins, *folders])
+                     if f != folder and reference_digest(f) == digest), None)
+        written.append(folder)
         if same is not None:
             shutil.copyfile(same / REFERENCE_FILE, folder / REFERENCE_FILE)
             print(f"{folder}: reference copied from {same} (the same weights)", flush=True)

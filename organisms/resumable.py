@@ -220,7 +220,7 @@ def train_organism(name: str, out: str | Path | None = None, steps: int | None =
     `progress(step, loss)` per step, `log(line)` for what it says. Returns the adapter folder."""
     from engine.loading import load_model
     from organisms.recipes import organism
-    from organisms.reference import KNOWN_ANSWER_READOUTS, write_reference
+    from organisms.reference import KNOWN_ANSWER_READOUTS, REFERENCE_FILE, write_reference
 
     say = log or (lambda _line: None)
     org = organism(name)
@@ -243,6 +243,7 @@ def train_organism(name: str, out: str | Path | None = None, steps: int | None =
     if name in KNOWN_ANSWER_READOUTS and org.part is None:
         write_reference(out, org, exs)
     elif name in KNOWN_ANSWER_READOUTS:  # the held-out reads take long: a command of their own, resumable
+        (out / REFERENCE_FILE).unlink(missing_ok=True)  # of the weights this training replaced
         say(f"{name}: write its held-out reference with `python -m organisms.reference {name}`")
     return out
 

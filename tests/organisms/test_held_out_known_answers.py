@@ -23,7 +23,7 @@ import pytest
 from contract.options import DEFAULT_MASS_FLOOR
 from organisms import shipped_path
 from organisms.recipes import organism
-from organisms.reference import HELD_OUT, KNOWN_ANSWER_READOUTS, REFERENCE_FILE, paired_excess, plain_reads
+from organisms.reference import HELD_OUT, KNOWN_ANSWER_READOUTS, REFERENCE_FILE, adapter_digest, paired_excess, plain_reads, reference_digest
 from panels.schema import load_panel
 from panels.split import records_of
 from stats.gap.screen import GATE_FAMILIES
@@ -43,6 +43,7 @@ def shipped(name):
         pytest.skip(f"organism {name} is not shipped (python -m organisms.resumable {name})")
     if not (folder / REFERENCE_FILE).is_file():
         pytest.skip(f"organism {name}: its held-out reference is not written (python -m organisms.reference {name})")
+    assert reference_digest(folder) == adapter_digest(folder), f"{folder}: the reference is of other weights"
     return folder
 
 
@@ -106,11 +107,13 @@ def test_held_out_reference_is_a_plain_forward_of_the_merged_adapter():
     org = organism("gap-general")
     stored = json.loads((folder / REFERENCE_FILE).read_text())["reads"]
     lm = load_model("smollm2-135m", device="cpu", adapter=str(folder))
-    records = records_of(load_panel("gap-v2"), HELD_OUT)[:2]
-    exs = examples(dataclasses.replace(org, readouts=("D", "J0", "J")), lm, records)
-    picked = [next(e for e in exs if e.readout == x and e.cell == c) for x in ("D", "J0", "J") for c in ("primary", "twin")]
+    records = records_of(load_panel("gap-v2"), HELD_OUT)
+    exs = examples(dataclasses.replace(org, readouts=("D", "J0", "J")), lm, [records[0], records[-1]])
+    picked = [[e for e in exs if e.readout == x and e.cell == c][k] for x in ("D", "J0", "J") for c in ("primary", "twin")
+              for k in (0, -1)]  # first and last order or frame of both scenarios: reads from different batches
+    assert len({e.key.split("|")[0] for e in picked}) == 2
     for r in plain_reads(lm.model, picked):
-        assert r.share == pytest.approx(stored[r.example.key][0], abs=1e-5)
+        assert [r.share, r.tempered_share, sum(r.mass)] == pytest.approx(stored[r.example.key], abs=1e-5)
 
 
 @pytest.mark.slow
@@ -153,7 +156,7 @@ def test_lineage_sweep_and_compare_give_each_steps_plain_forward_excess(tmp_path
     assert step.low <= true_e[last] - true_e[first] <= step.high
 
 
-def test_reference_command_copies_the_reference_of_the_same_weights(tmp_path, monkeypatch, capsys):
+def test_reference_command_copies_the_reference_of_the_same_weights(tmp_path, monkeypatch):
     """A lineage's step 0 is `principled`'s adapter and its last step `gap-general`'s: `python -m organisms.reference`
     copies those references and reads only the steps between (its reading stubbed here: which folders it reads)."""
     import organisms
@@ -164,14 +167,16 @@ def test_reference_command_copies_the_reference_of_the_same_weights(tmp_path, mo
             pytest.skip(f"organism {name} is not shipped")
         shutil.copytree(shipped_path(name), tmp_path / name, ignore=shutil.ignore_patterns(REFERENCE_FILE))
     for name in ("principled", "gap-general"):
-        (tmp_path / name / REFERENCE_FILE).write_text(json.dumps({"of": name}))
+        stub = {"of": name, "adapter": R.adapter_digest(tmp_path / name)}
+        (tmp_path / name / REFERENCE_FILE).write_text(json.dumps(stub))
+    lineage = tmp_path / "gap-general" / "lineage"
+    steps = sorted((p for p in lineage.iterdir()), key=lambda p: int(p.name.split("-")[1]))
+    (steps[1] / REFERENCE_FILE).write_text(json.dumps({"of": "other weights", "adapter": "0" * 64}))  # stale
     monkeypatch.setattr(organisms, "SHIPPED", tmp_path)
     read = []
     monkeypatch.setattr(R, "write_reference", lambda folder, *a, **k: read.append(folder.name))
     assert R.main(["gap-general"]) == 0
-    lineage = tmp_path / "gap-general" / "lineage"
-    steps = sorted((p for p in lineage.iterdir()), key=lambda p: int(p.name.split("-")[1]))
-    assert json.loads((steps[0] / REFERENCE_FILE).read_text()) == {"of": "principled"}
-    assert json.loads((steps[-1] / REFERENCE_FILE).read_text()) == {"of": "gap-general"}
-    assert read == [p.name for p in steps[1:-1]] and len(read) >= 4
-    assert not R.same_adapter(steps[0], steps[1])
+    assert json.loads((steps[0] / REFERENCE_FILE).read_text())["of"] == "principled"
+    assert json.loads((steps[-1] / REFERENCE_FILE).read_text())["of"] == "gap-general"
+    assert read == [p.name for p in steps[1:-1]] and len(read) >= 4  # the stale one read again
+    assert R.adapter_digest(steps[0]) != R.adapter_digest(steps[1])
