@@ -73,7 +73,7 @@ def test_held_out_excess_is_the_plain_forwards(tmp_path, name):
     folder = shipped(name)
     out = tmp_path / "run"
     cli("run", "--peft", name, *read_args(name), "--out", out)
-    cli("stats", out, "--out", tmp_path / "stats", "--n-boot", 2000)
+    cli("stats", out, "--out", tmp_path / "stats", "--n-boot", 4000)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["panel"]["part"] == HELD_OUT and manifest["model"]["adapter"]["organism"] == name
     scenarios = pd.read_parquet(out / "scenarios.parquet")
@@ -89,11 +89,12 @@ def test_held_out_excess_is_the_plain_forwards(tmp_path, name):
     for quantity, (cell, readout) in SHARES.items():  # the shares E is made of, each as the plain forwards give it
         share = row(est, "continuous", quantity, "all above floor")
         assert share.value == pytest.approx(np.mean([values[(s, cell, readout)] for s in kept]), abs=TOLERANCE), quantity
-    # The pairing the mean needs: each scenario's primary against its own twin. Against the next scenario's twin the
-    # excess moves by more than the tolerance, so a run that paired them so would fail the check above.
-    shifted = kept[1:] + kept[:1]
+    # The pairing: E's standard error is that of each scenario's own primary-minus-twin difference (the bootstrap's
+    # converges to the plug-in one; paired with another scenario's twin it is larger, 0.051 against 0.039 on
+    # gap-general, and a shifted pairing moves the mean as well wherever the kept scenarios are not contiguous).
     g = lambda s, c: values[(s, c, "D")] - values[(s, c, "J")]  # noqa: E731
-    assert abs(np.mean([g(s, "primary") - g(t, "twin") for s, t in zip(kept, shifted)]) - true_e) > TOLERANCE
+    paired = np.array([g(s, "primary") - g(s, "twin") for s in kept])
+    assert e.se == pytest.approx(paired.std() / np.sqrt(len(paired)), rel=0.05)
 
 
 def test_held_out_reference_is_a_plain_forward_of_the_merged_adapter():
