@@ -218,9 +218,11 @@ _SERVED_REMOTE = ("sends requests to a remote server (tests send none outside lo
 NOT_RUN = {
     "make install": "creates .venv from PyPI (network, minutes); this suite runs inside the venv it makes",
     "make test": "the suite itself, this test included",
-    "make readout ORGANISM=gap": "the quick study of SmolLM2-135M with and without the gap adapter (about 9 minutes on "
-                                 "two cores; `organism demo` has no size options but --limit); the adapter's known answer is "
-                                 "recovered through `readout run --peft gap` in tests/organisms/test_known_answers.py",
+    ".venv/bin/readout run --model smollm2-135m --peft gap-general --panel gap-v2 --panel-part held-out --set "
+    "max_units=1000 --readouts D,J0,J --out runs/gap-general-held-out":
+        "the held-out part read through gap-general (about 6 minutes on two cores): the same run, then its stats, is "
+        "tests/organisms/test_held_out_known_answers.py's, against the plain forwards",
+    ".venv/bin/readout stats runs/gap-general-held-out": "the statistics of the run above (in the same test)",
     ".venv/bin/readout sweep --model allenai/Olmo-3-7B-Instruct@step_100,step_200,step_400 --out sweeps/olmo-rl":
         "three revisions of a 7B model from the hub (tests never download); the same sweep over local folders runs above",
     "HF_HUB_OFFLINE=1 .venv/bin/readout run --model olmo-3-7b --profile paper": "a 7B model at the paper's settings: a GPU node",
