@@ -24,7 +24,7 @@ from stats.core.manifest import settings_note
 from stats.depth.names import CAPTIONS as DEPTH_CAPTIONS
 from stats.depth.names import DEPTH_FIGURES, DEPTH_MARKDOWN, DEPTH_TABLES
 from stats.steer.names import CAPTIONS as STEER_CAPTIONS
-from stats.steer.names import STEER_MARKDOWN
+from stats.steer.names import STEER_FIGURES, STEER_MARKDOWN
 
 #: Markdown reports the stats commands write, in the order one is looked for in a folder.
 REPORT_FILES = ("report.md", "nsi_report.md", "compare_report.md")
@@ -247,7 +247,8 @@ def steer_section(path: Path) -> Section:
         section.notes.append(f"no steering summary: run `readout stats {path}` first for the figure and tables")
         return section
     section.markdown, section.markdown_name = (stats / STEER_MARKDOWN).read_text(encoding="utf-8"), STEER_MARKDOWN
-    section.figures = [Figure(f.name, STEER_CAPTIONS.get(f.name, ""), f.read_bytes()) for f in sorted(stats.glob("steer_*.png"))]
+    section.figures = [Figure(name, STEER_CAPTIONS.get(name, ""), (stats / name).read_bytes())
+                       for name in STEER_FIGURES if (stats / name).is_file()]
     section.tables = [read_table_part(f) for f in sorted(stats.glob("steer_*.csv"))]
     return section
 

@@ -119,6 +119,25 @@ def verdict_on_test(values: pd.DataFrame, direction: str, point: tuple[int, floa
     return out
 
 
+def steerability(values: pd.DataFrame, direction: str, point: tuple[int, float], part: str = TEST) -> pd.DataFrame:
+    """Per scenario of `part` at `point`: E unsteered (E0), E steered and their difference (`change`; above 0 is the
+    wrong way), with the random directions' median change on the same scenario where the run read them; sorted by
+    change. Empty where the point was not read on the part."""
+    layer, strength = point
+    v, base = _part(values, part)
+    cur, ref = _paired(v, base, direction, layer, strength)
+    out = pd.DataFrame({"scenario_id": cur.index, "E0": ref.E.to_numpy(float), "E": cur.E.to_numpy(float)})
+    out["change"] = out.E - out.E0
+    r = v[(v.direction == RANDOM_DIRECTION) & (v.layer == layer) & (v.strength == strength)]
+    if len(r):
+        median = r.groupby("scenario_id").E.median() - base.E
+        out["random_median_change"] = out.scenario_id.map(median).to_numpy(float)
+    out.insert(0, "direction", direction)
+    out.insert(1, "layer", layer)
+    out.insert(2, "strength", strength)
+    return out.sort_values(["change", "scenario_id"]).reset_index(drop=True)
+
+
 def experiment(values: pd.DataFrame, direction: str, rules: R.Rules, rng, n_boot: int,
                cap: pd.DataFrame | None = None, norms: dict | None = None) -> tuple[list[dict], dict]:
     """(the selection grid, the verdict): the point chosen on the selection part by the rule, read on the test part.

@@ -1,7 +1,8 @@
 """`readout stats` on a steering run: steer_grid.csv/.md (every condition's estimates per part), steer_random_band.csv/.md
-(the random directions' quantile band), steer_capability.csv/.md, steer_selection.csv/.md (the selection part's grid
+(the random directions' quantile band), steer_capability.csv/.md, steer_scenarios.csv/.md (per-scenario steerability
+at each direction's chosen point), steer_selection.csv/.md (the selection part's grid
 and checks), steer_verdict.csv/.md (the verdict of the direction and of its label-shuffled null on the test part),
-steer_summary.md and the figure steer_strength.png."""
+steer_summary.md and the figures steer_strength.png and steer_scenarios.png."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from contract.names import RANDOM_DIRECTION, SHUFFLED_DIRECTION, STEER_PARTS, UNSTEERED
 from contract.tables import STEER_ADDED, STEER_CAPABILITY, STEERING
@@ -18,7 +20,7 @@ from stats.core.output import md_section, write_table
 from stats.core.seeding import rng_for
 from stats.core.tables import read_table
 from stats.steer.compute import capability, estimates, random_band, scenario_values
-from stats.steer.experiment import experiment, verdict_lines
+from stats.steer.experiment import experiment, steerability, verdict_lines
 from stats.steer.names import STEER_FIGURES, STEER_MARKDOWN, STEER_OUTPUTS
 from stats.steer.rules import SELECTION_RULE, Rules
 
@@ -40,7 +42,8 @@ def is_steer_run(run_dir) -> bool:
 
 
 def analyze_steering(run_dir, seed: int = 0, n_boot: int = 10_000):
-    """(estimates, random band, capability, {direction: (selection grid, verdict)}, manifest) of a steering run."""
+    """(estimates, random band, capability, {direction: (selection grid, verdict)}, per-scenario steerability at each
+    chosen point, manifest) of a steering run."""
     run_dir = Path(run_dir)
     steering = read_table(run_dir / STEERING.file, STEERING, optional=STEER_ADDED)
     cap_path = run_dir / STEER_CAPABILITY.file
@@ -54,7 +57,7 @@ def analyze_steering(run_dir, seed: int = 0, n_boot: int = 10_000):
     values = scenario_values(steering)
     names = [d for d in dict.fromkeys(values.direction) if d not in (UNSTEERED, RANDOM_DIRECTION)]
     found = {d: experiment(values, d, rules, rng_for(seed, "steer", "verdict", d), n_boot, caps, norms) for d in names}
-    return est, random_band(est, rules.random_quantile), caps, found, manifest
+    return est, random_band(est, rules.random_quantile), caps, found, scenario_changes(values, found), manifest
 
 
 def strength_figure(est: pd.DataFrame, band: pd.DataFrame, direction: str, chosen: dict, path: Path) -> Path:
@@ -87,6 +90,34 @@ def strength_figure(est: pd.DataFrame, band: pd.DataFrame, direction: str, chose
     return save(fig, path)
 
 
+def scenario_changes(values: pd.DataFrame, found: dict) -> pd.DataFrame:
+    """Per-scenario steerability on the test part at the point each direction chose (none where none was chosen)."""
+    frames = [steerability(values, d, (v["layer"], v["strength"])) for d, (_, v) in found.items() if v.get("layer") is not None]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def scenarios_figure(changes: pd.DataFrame, found: dict, path: Path) -> Path:
+    """Each direction's per-scenario change of E at its chosen point, sorted, the wrong way in red."""
+    names = list(dict.fromkeys(changes.direction))
+    n = max(len(g) for _, g in changes.groupby("direction"))
+    fig, axes = new_figure(4.4 * len(names), 1.6 + 0.16 * n, len(names))
+    for ax, name in zip(axes, names):
+        c = changes[changes.direction == name].reset_index(drop=True)
+        v = found[name][1]
+        y = np.arange(len(c))
+        ax.barh(y, c.change, color=[BAND if x > 0 else MEASURE for x in c.change], height=0.7)
+        if "random_median_change" in c and c.random_median_change.notna().any():
+            ax.plot(c.random_median_change, y, "o", color=NULL, ms=3, label="random directions' median")
+            ax.legend(fontsize=6, frameon=False, loc="lower right")
+        ax.axvline(0, color=NULL, lw=0.6)
+        ax.set_yticks(y, c.scenario_id, fontsize=5)
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.set_xlabel("change of E (steered - unsteered)")
+        ax.set_title(f"{name}, depth {v['layer']}, strength {v['strength']:g}: wrong way {v['wrong_way']:.0%} "
+                     f"[{v['wrong_way_low']:.0%}, {v['wrong_way_high']:.0%}] of {len(c)}", fontsize=8)
+    return save(fig, path)
+
+
 def summary_markdown(found: dict, manifest: dict) -> str:
     st = manifest.get("steering") or {}
     rules = Rules.from_dict(st.get("rules"))
@@ -101,7 +132,7 @@ def summary_markdown(found: dict, manifest: dict) -> str:
 
 def run_steer_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000) -> list[str]:
     """Write the steering tables, figure and summary of one run into `out_dir` (default RUN_DIR/stats)."""
-    est, band, cap, found, manifest = analyze_steering(run_dir, seed, n_boot)
+    est, band, cap, found, changes, manifest = analyze_steering(run_dir, seed, n_boot)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "stats"
     out.mkdir(parents=True, exist_ok=True)
     for name in STEER_OUTPUTS:
@@ -113,10 +144,14 @@ def run_steer_report(run_dir, out_dir=None, seed: int = 0, n_boot: int = 10_000)
                 "Steering: the selection part's grid (mean E reduction, did-not-move checks)")
     write_table(pd.DataFrame([v for _, v in found.values()]), out, "steer_verdict",
                 "Steering: the verdict at the chosen point on the test part")
+    write_table(changes, out, "steer_scenarios",
+                "Steering: each test scenario's change of E at the chosen point (above 0: the wrong way)")
     lines = []
     main = steered_direction(found)
     if main is not None and len(est):
         strength_figure(est, band, main, found[main][1], out / STEER_FIGURES[0])
+    if len(changes):
+        scenarios_figure(changes, found, out / STEER_FIGURES[1])
     if found:
         (out / STEER_MARKDOWN).write_text(summary_markdown(found, manifest))
         lines += [line for grid, v in found.values() for line in verdict_lines(grid, v)]

@@ -8,7 +8,7 @@ import pandas as pd
 
 from stats.core.seeding import rng_for
 from stats.steer.compute import scenario_values
-from stats.steer.experiment import experiment, random_reductions, selection_grid, verdict_lines
+from stats.steer.experiment import experiment, random_reductions, selection_grid, steerability, verdict_lines
 from stats.steer.rules import (
     Rules,
     beyond_band,
@@ -198,6 +198,27 @@ def test_wrong_way_share_and_its_wilson_interval():
     ww = wrong_way(e, e0)
     assert ww["k"] == 3 and ww["share"] == 0.15 and ww["low"] < 0.15 < ww["high"]
     assert abs(ww["low"] - 0.0524) < 1e-3 and abs(ww["high"] - 0.3604) < 1e-3  # Wilson, 3 of 20
+
+
+def test_per_scenario_steerability_is_each_test_scenario_s_own_change():
+    """Each test scenario's change of E at the point is its planted shift (the first three rise: the wrong way), the
+    random directions' median change on it is the median of their planted shifts, and the share above 0 is the
+    verdict's wrong-way share; selection scenarios are not in it."""
+    def effect(part, layer, s, i):
+        return {"p_D": 0.05 if i < 3 else -0.2 - 0.01 * i}
+
+    values = planted(effect, lambda k, layer, s, i: 1e-5 * k * k - 0.01 * (i % 2))
+    got = steerability(values, "pressure", (2, -2.0))
+    assert len(got) == N and set(got.scenario_id) == {f"t{i}" for i in range(N)}
+    want = {f"t{i}": (0.05 if i < 3 else -0.2 - 0.01 * i) for i in range(N)}
+    assert all(abs(r.change - want[r.scenario_id]) < 1e-12 and abs(r.E - r.E0 - r.change) < 1e-12 for r in got.itertuples())
+    assert list(got.change) == sorted(got.change)
+    medians = {f"t{i}": 1e-5 * np.median(np.arange(100) ** 2) - 0.01 * (i % 2) for i in range(N)}  # not the mean
+    assert all(abs(r.random_median_change - medians[r.scenario_id]) < 1e-12 for r in got.itertuples())
+    _, v = run(values)
+    point = (v["layer"], v["strength"])
+    share = (steerability(values, "pressure", point).change > 0).mean()
+    assert share == v["wrong_way"] == 3 / N
 
 
 def test_relative_norm_scales_with_the_strength():

@@ -165,7 +165,9 @@ def test_stats_and_report_of_a_steering_run(steer_run, tmp_path):
 
     lines = run_steer_report(steer_run, n_boot=200)
     stats = steer_run / "stats"
-    assert (stats / STEER_FIGURES[0]).is_file() and (stats / STEER_MARKDOWN).is_file()
+    assert all((stats / f).is_file() for f in STEER_FIGURES) and (stats / STEER_MARKDOWN).is_file()
+    changes = pd.read_csv(stats / "steer_scenarios.csv")
+    assert set(changes.direction) == {"pressure", "shuffled"} and (changes.change == changes.E - changes.E0).all()
     assert any(line.startswith("steer: pressure: verdict: ") for line in lines), lines
     assert any(line.startswith("steer: shuffled: ") for line in lines), lines
     grid = pd.read_csv(stats / "steer_grid.csv")
@@ -175,7 +177,7 @@ def test_stats_and_report_of_a_steering_run(steer_run, tmp_path):
     selection = pd.read_csv(stats / "steer_selection.csv")
     assert len(selection) == 2 * 2 * 2 and set(selection.columns) >= {"reduction", "kept", "twin_move_high"}
     (section,) = gather([steer_run]).sections
-    assert section.kind == "steering" and section.figures and section.tables
+    assert section.kind == "steering" and [f.name for f in section.figures] == list(STEER_FIGURES) and section.tables
     assert "Steering (selection and test parts)" in page(gather([steer_run]))
 
 
