@@ -96,12 +96,12 @@ def _env() -> dict:
 
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from tests.served_helpers import SERVER_ENV, server_python
+    from engine.vllm_server import SERVER_PYTHON_ENV, server_python
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     served = server_python()
     if served is not None:
-        env.setdefault(SERVER_ENV, served)
+        env.setdefault(SERVER_PYTHON_ENV, served)
     if (ROOT / ".whl-bare").is_dir():  # the fresh-venv gpu_check test's wheels (make install)
         env.setdefault("LOGIT_READOUT_BARE_WHEELS", str(ROOT / ".whl-bare"))
     return env

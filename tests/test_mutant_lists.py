@@ -12,15 +12,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_mutants():
+def _load_script():
     spec = importlib.util.spec_from_file_location("mutants_script", ROOT / "scripts" / "mutants.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses resolve their module while the class is made
     spec.loader.exec_module(module)
-    return module.load_mutants()
+    return module
 
 
-MUTANTS = _load_mutants()
+SCRIPT = _load_script()
+MUTANTS = SCRIPT.load_mutants()
 
 
 def test_the_lists_are_not_empty():
@@ -45,3 +46,13 @@ def test_every_listed_test_exists(mutant):
         if name:
             assert re.search(rf"^\s*def {re.escape(name)}\(", test_file.read_text(encoding="utf-8"), re.M), (
                 f"{mutant.source}: {mutant.id}: no test {name} in {path}")
+
+
+def test_the_scratch_copy_runs_its_tests_against_this_checkout_s_vllm(monkeypatch, tmp_path):
+    """The scratch copy has no .venv-served: its tests are pointed at the vLLM this checkout finds."""
+    from engine import vllm_server
+
+    served = tmp_path / "python"
+    monkeypatch.setenv(vllm_server.SERVER_PYTHON_ENV, str(served))
+    env = SCRIPT._env()
+    assert env[vllm_server.SERVER_PYTHON_ENV] == str(served) and env["HF_HUB_OFFLINE"] == "1"
