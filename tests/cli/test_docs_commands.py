@@ -208,6 +208,8 @@ RUN = {
 _STEER_ORGANISM = ("SmolLM2-135M with an organism adapter, three split seeds of a grid with 100 random nulls (many minutes "
                    "on two cores); `readout steer` runs end to end on tiny-qwen2 in tests/readouts/steer/test_steer_run.py, "
                    "and on the organisms in tests/readouts/steer/test_steer_organisms.py")
+_DEPTH_ORGANISM = ("a depth run with the patching grid on 30 held-out scenarios through an organism (about 17 minutes on "
+                   "two cores); the grid's cells are held to plain forwards in tests/readouts/gap/test_depth_run.py")
 _STEER_GENERAL = ("SmolLM2 with gap-general's adapter on gap-v2's held-out part, three split seeds of a grid with 100 "
                   "random nulls (many minutes on two cores); the gated tests/readouts/steer/test_steer_organisms.py runs it")
 _STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/steer/test_steer_run.py)"
@@ -243,6 +245,10 @@ NOT_RUN = {
         "eight processes, one per GPU (accelerate is not a dependency)",
     "torchrun --nproc_per_node 8 .venv/bin/readout nsi --model olmo-3-7b --profile paper --out runs/olmo/nsi-paper":
         "eight processes, one per GPU",
+    "readout run --model smollm2-135m --peft gap-general --panel gap-v2 --panel-part held-out --set max_units=30 "
+    "--readouts D,J0,depth --set grid_stride=10 --set patch_stride=0 --set patch_orders=1 --out runs/depth-gap-general":
+        _DEPTH_ORGANISM,
+    "readout stats runs/depth-gap-general": "the statistics of the run above (docs/depth.md gives what they printed)",
     "readout steer --model smollm2-135m --peft gap-general --panel gap-v2 --panel-part held-out --set max_units=1000 "
     "--layers 21,22,25,28 --strengths=-4,-2,-1,-0.5 --out runs/steer-gap-general": _STEER_GENERAL,
     "readout stats runs/steer-gap-general/seed-0": _STEER_READS,
