@@ -4,10 +4,11 @@ forward (prompt and generated tokens) or at the read position only, for scoring,
 Depths are numbered as in engine/residuals.py: depth 0 is the input of the first decoder layer, depth i the output
 of layer i. How steering composes with the prefix tree of `engine.scoring.score_ids`:
 
-- `positions="read"` adds the vector at each prompt's read position only, through the same read hooks as a patch
-  (`Patch(add=True)`): no prefix position is touched, so prompts steered this way (with any vectors) share one
-  prefix tree with each other and with unsteered prompts, and known prefixes (caches computed without steering)
-  are reused as they are.
+- `positions="read"` adds the vector at each prompt's read position only: no prefix position is touched, so known
+  prefixes (caches computed without steering) are reused as they are. By default these reads run as a steered tail
+  (engine/steered_tail.py: per prompt its prefix once, then per depth all its steerings in one forward through the
+  layers above that depth); where the tail does not apply, or with `tail=False`, through the same read hooks as a
+  patch (`Patch(add=True)`), sharing one prefix tree with each other and with the unsteered prompts.
 - `positions="all"` adds it at every position of every forward the call runs: the prefix tree's nodes are then
   computed under that steering, so a cached prefix is keyed by the steering applied to it. `score_steered` runs
   one tree per distinct all-position steering (and one for the rest), and bypasses known prefixes under it (they
@@ -108,11 +109,18 @@ def steered(model, steering: Steering | None):
         handle.remove()
 
 
-def score_steered(model, seqs: Sequence[Sequence[int]], letters, steering, **kwargs) -> list:
+TAIL_OPTIONS = ("temperature", "top_p", "max_batch", "token_budget", "progress", "stats", "known_prefixes")
+"""The score_ids options the steered tail (engine/steered_tail.py) takes; the others shape the prefix tree only."""
+
+
+def score_steered(model, seqs: Sequence[Sequence[int]], letters, steering, *, tail: bool = True, **kwargs) -> list:
     """`engine.scoring.score_ids` with steering: `steering` is one Steering (or None) for every prompt, or one per
-    prompt. Prompts under read-position steering or none are scored in one call (one prefix tree); prompts under
-    each distinct all-position steering in a call of their own, with known prefixes bypassed (module docstring).
-    `kwargs` go to score_ids (`patches` cannot be combined with steering)."""
+    prompt. Prompts under read-position steering are read as a steered tail (engine/steered_tail.py) where it
+    applies and `tail` (and score_ids' `fast`) is on, otherwise with the unsteered ones in one call (one prefix tree,
+    the steering an additive patch); prompts under each distinct all-position steering in a call of their own, with
+    known prefixes bypassed (module docstring). `kwargs` go to score_ids (`patches` cannot be combined with
+    steering)."""
+    from engine import steered_tail
     from engine.scoring import score_ids
 
     per = list(steering) if isinstance(steering, (list, tuple)) else [steering] * len(seqs)
@@ -128,6 +136,16 @@ def score_steered(model, seqs: Sequence[Sequence[int]], letters, steering, **kwa
     for i, s in enumerate(per):
         groups.setdefault(s.key() if s is not None and s.positions == "all" else None, []).append(i)
     out: list = [None] * len(seqs)
+    read = groups.get(None, [])
+    at_read = [i for i in read if per[i] is not None]
+    if at_read and tail and kwargs.get("fast", True) and steered_tail.applies(model, [seqs[i] for i in at_read]):
+        results = steered_tail.score_read_steered(model, [seqs[i] for i in at_read], [letters[i] for i in at_read],
+                                                  [per[i] for i in at_read], **{k: v for k, v in kwargs.items() if k in TAIL_OPTIONS})
+        for i, r in zip(at_read, results):
+            out[i] = r
+        groups[None] = [i for i in read if per[i] is None]
+        if not groups[None]:
+            del groups[None]
     for key, idx in groups.items():
         sub_seqs, sub_letters = [seqs[i] for i in idx], [letters[i] for i in idx]
         if key is None:

@@ -3,17 +3,21 @@ condition, with the vector added where the readouts got it.
 
 - `positions="all"`: one forward of the whole text with the vector at every position (engine.steering.token_loss).
 - `positions="read"`: every position of the text predicts its next token with the vector added at that position
-  alone, as a readout's read position gets it (no earlier position steered). All positions in one forward of the
-  text twice over: the first copy unsteered and causal; the second copy's position t (position id t) attends to the
-  first copy's positions before t and to itself, and gets the vector after the layer. Below the layer the copy equals
-  the unsteered stream at t; above it, it is the read-position steering of the prefix ending at t
-  (tests/readouts/test_steer_run.py holds it to engine.steering.score_steered on each prefix).
+  alone, as a readout's read position gets it (no earlier position steered). Where the steered tail applies
+  (engine/steered_tail.py) the text runs once unsteered and each steering runs only the layers above its depth, every
+  position at once, each attending to the text before it and to itself. Otherwise all positions in one forward of
+  the text twice over (`read_position_loss`): the first copy unsteered and causal; the second copy's position t
+  (position id t) attends to the first copy's positions before t and to itself, and gets the vector after the layer.
+  Below the layer the copy equals the unsteered stream at t; above it, it is the read-position steering of the prefix
+  ending at t. Both are held to engine.steering.score_steered on each prefix (tests/readouts/steer/test_steer_run.py)
+  and to a hooked plain forward of each prefix (tests/engine/test_steered_tail.py).
 """
 
 from __future__ import annotations
 
 import torch
 
+from engine import steered_tail
 from engine.render import Prompt, encode_prompt
 from engine.residuals import decoder_layers
 from engine.steering import Steering, check_steering, token_loss
@@ -29,7 +33,14 @@ def capability_losses(lm, steerings: list, positions: str) -> list[tuple[float, 
     ids = capability_ids(lm.tokenizer)
     if positions != "read":
         return [token_loss(lm.model, ids, s) for s in steerings]
-    return [token_loss(lm.model, ids) if s is None else read_position_loss(lm.model, ids, s) for s in steerings]
+    steered = [s for s in steerings if s is not None]
+    for s in steered:
+        check_steering(lm.model, s)
+    if steered_tail.applies(lm.model, [ids]):
+        losses = iter(steered_tail.read_position_text_losses(lm.model, ids, steered))
+    else:
+        losses = iter([read_position_loss(lm.model, ids, s) for s in steered])
+    return [token_loss(lm.model, ids) if s is None else next(losses) for s in steerings]
 
 
 def read_position_loss(model, ids, steering: Steering) -> tuple[float, int]:

@@ -1,11 +1,13 @@
 """A steering grid's workload, stage by stage, for `readout steer --plan`, as the run computes it: the direction's
 contrast reads over the training split (unless a vector file is given), the held-out first-token reads unsteered
 (the gap study's own plan, readouts/gap/plan.py), the same reads under every other condition of the grid, and the
-capability text under every condition (with the vector at each predicting position alone, the text read twice
-over in one forward, or at every position).
+capability text under every condition (with the vector at each predicting position alone, or at every position).
 
-A read-position steering shares the unsteered reads' prefix tree and runs each steered read's last token only
-(engine/steering.py); an all-position steering runs every read's prompt again, in a tree of its own.
+A read-position steering runs each steered read's last token only, through the layers above its depth (the steered
+tail, engine/steered_tail.py; each distinct prompt's prefix runs once more beside it, per prompt, not per condition,
+and is not counted here); an all-position steering runs every read's prompt again, in a tree of its own. The
+capability text is counted once per condition (the tail's rows, or one all-position forward); where the tail does not
+apply, a read-position condition reads the text twice over in one forward (readouts/steer/capability.py).
 """
 
 from __future__ import annotations
@@ -45,8 +47,5 @@ def steer_workload(tok, study, base: list[StageWork], parts: dict, profile, seed
             grid.prompt_tokens += b.prompt_tokens * steered
             grid.computed_tokens += (b.reads if st.positions == "read" else b.computed_tokens) * steered
     conds, text = n_conditions(st), len(capability_ids(tok))
-    # Read positions: one forward of the text twice over per steered condition (readouts/steer/capability.py).
-    per = 2 * text if st.positions == "read" else text
-    capability = StageWork("capability", prompts=conds, prompt_tokens=text + per * (conds - 1),
-                           computed_tokens=text + per * (conds - 1))
+    capability = StageWork("capability", prompts=conds, prompt_tokens=text * conds, computed_tokens=text * conds)
     return [*stages, *base, grid, capability]
