@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -89,12 +89,14 @@ def score_read_steered(model, seqs, letters, steerings, *, temperature: float = 
     return out
 
 
-def read_position_text_losses(model, ids: Sequence[int], steerings, max_batch: int | None = None) -> list:
+def read_position_text_losses(model, ids: Sequence[int], steerings, max_batch: int | None = None,
+                              progress: Callable[[int], object] | None = None) -> list:
     """Per read-position steering: (mean next-token loss in nats, tokens predicted) of the text `ids` when each of its
     positions predicts its next token with the vector added at that position alone (no earlier position steered),
     as a readout's read position gets it. The text runs once unsteered (its keys and values, its stream at every
     position and depth); each steering then runs the layers above its depth for every predicting position at once,
-    each position attending to the text before it and to itself."""
+    each position attending to the text before it and to itself. `progress`, if given, is called with 1 after each
+    steering."""
     ids = tuple(ids)
     n = len(ids)
     device = model.get_input_embeddings().weight.device
@@ -113,6 +115,8 @@ def read_position_text_losses(model, ids: Sequence[int], steerings, max_batch: i
                 logits = _tail(model, cache, st.depth, [ids[t] for t in at], at, at, start, as_tuple, stats)
                 losses.append(torch.nn.functional.cross_entropy(logits, target[at].to(logits.device), reduction="sum"))
             out.append((float(sum(losses)) / (n - 1), n - 1))
+            if progress is not None:
+                progress(1)
     return out
 
 
@@ -150,7 +154,7 @@ def _shared_prefix(ids: tuple, last: tuple, known: dict | None) -> tuple[list | 
     tokens, kv = last
     shared = next((i for i, (a, b) in enumerate(zip(ids, tokens)) if a != b), min(len(ids), len(tokens)))
     known_len = max((len(k) for k in known or {} if len(k) <= len(ids) and ids[: len(k)] == tuple(k)), default=0)
-    if known_len > shared or (known_len and not shared):
+    if known_len > shared:
         return known[ids[:known_len]], known_len
     if not shared:
         return None, 0

@@ -28,19 +28,32 @@ def capability_ids(tokenizer) -> list[int]:
     return list(encode_prompt(tokenizer, Prompt(text=CAPABILITY_TEXT.read_text(encoding="utf-8"))))
 
 
-def capability_losses(lm, steerings: list, positions: str) -> list[tuple[float, int]]:
-    """Per steering (None: unsteered): (mean next-token loss in nats, tokens predicted)."""
+def capability_losses(lm, steerings: list, positions: str, progress: bool = False) -> list[tuple[float, int]]:
+    """Per steering (None: unsteered): (mean next-token loss in nats, tokens predicted); `progress`: a bar over the
+    conditions."""
+    from tqdm.auto import tqdm
+
     ids = capability_ids(lm.tokenizer)
+    bar = tqdm(total=len(steerings), desc="capability", unit="condition", disable=not progress, leave=False)
     if positions != "read":
-        return [token_loss(lm.model, ids, s) for s in steerings]
+        return [token_loss(lm.model, ids, s) for s in _ticking(steerings, bar)]
     steered = [s for s in steerings if s is not None]
     for s in steered:
         check_steering(lm.model, s)
     if steered_tail.applies(lm.model, [ids]):
-        losses = iter(steered_tail.read_position_text_losses(lm.model, ids, steered))
+        losses = iter(steered_tail.read_position_text_losses(lm.model, ids, steered, progress=bar.update))
     else:
-        losses = iter([read_position_loss(lm.model, ids, s) for s in steered])
-    return [token_loss(lm.model, ids) if s is None else next(losses) for s in steerings]
+        losses = iter([read_position_loss(lm.model, ids, s) for s in _ticking(steered, bar)])
+    out = [token_loss(lm.model, ids) if s is None else next(losses) for s in steerings]
+    bar.update(len(steerings) - len(steered))
+    bar.close()
+    return out
+
+
+def _ticking(items, bar):
+    for item in items:
+        yield item
+        bar.update(1)
 
 
 def read_position_loss(model, ids, steering: Steering) -> tuple[float, int]:

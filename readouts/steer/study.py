@@ -264,7 +264,7 @@ class SteerRunner:
         if scenarios and scenarios[0].id == self.study.held[0].id:
             t0 = time.perf_counter()
             conds = self.study.conditions
-            losses = capability_losses(self.lm, [c.steering(positions) for c in conds], positions)
+            losses = capability_losses(self.lm, [c.steering(positions) for c in conds], positions, progress=shown)
             for c, (loss, n) in zip(conds, losses):
                 capability.append(dict(**c.key(self.model_name, positions), loss=loss, tokens=n))
             self.timings["capability"] = self.timings.get("capability", 0.0) + time.perf_counter() - t0

@@ -238,13 +238,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_the_grid_shows_its_own_progress_while_it_runs(tmp_path, capsys):
     """The grid of a chunk is one scoring call: with progress on, that call's bar ("scoring", one tick per steered
-    read) is drawn while it runs, not only the run's bar once the chunk is done."""
+    read) is drawn while it runs, not only the run's bar once the chunk is done; so is the capability text's bar (one
+    tick per condition)."""
     settings = dataclasses.replace(SETTINGS, layers=(1,), strengths=(2.0,), random=0)
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(gap_profile.PROFILES, PROFILE.name, PROFILE)
         run_study(SteerStudy(settings=settings), dataclasses.replace(options(tmp_path / "run"), limit=3, progress=True),
                   log=lambda _: None)
-    assert "scoring" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "scoring" in err and "capability" in err
 
 
 def test_plan_counts_the_reads_the_grid_makes(steer_run, monkeypatch):
