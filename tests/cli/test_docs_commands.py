@@ -205,13 +205,11 @@ RUN = {
     ".venv/bin/readout panels show nsi-14 financial-1 --frame F1 --model tiny-llama3": Run("as written"),
 }
 
-_STEER_ORGANISM = ("SmolLM2-135M with an organism adapter, three split seeds of a grid with 100 random nulls (many minutes "
-                   "on two cores); `readout steer` runs end to end on tiny-qwen2 in tests/readouts/steer/test_steer_run.py, "
-                   "and on the organisms in tests/readouts/steer/test_steer_organisms.py")
 _DEPTH_ORGANISM = ("a depth run with the patching grid on 30 held-out scenarios through an organism (about 17 minutes on "
                    "two cores); the grid's cells are held to plain forwards in tests/readouts/gap/test_depth_run.py")
 _STEER_GENERAL = ("SmolLM2 with gap-general's adapter on gap-v2's held-out part, three split seeds of a grid with 100 "
-                  "random nulls (many minutes on two cores); the gated tests/readouts/steer/test_steer_organisms.py runs it")
+                  "random nulls (39 minutes per split seed on two cores); the gated "
+                  "tests/readouts/steer/test_steer_organisms.py runs it")
 _STEER_READS = "reads the organism steering run above (its stats and report run on tiny-qwen2 in tests/readouts/steer/test_steer_run.py)"
 
 _SERVED_REMOTE = ("sends requests to a remote server (tests send none outside loopback); served runs end to end against "
@@ -253,8 +251,8 @@ NOT_RUN = {
     "--layers 21,22,25,28 --strengths=-4,-2,-1,-0.5 --out runs/steer-gap-general": _STEER_GENERAL,
     "readout stats runs/steer-gap-general/seed-0": _STEER_READS,
     "readout report runs/steer-gap-general/seed-0": _STEER_READS,
-    ".venv/bin/readout steer --model smollm2-135m --peft gap-deep --panel gap-v1 --layers 21,22 --strengths=-2,-1 "
-    "--out runs/steer-gap-deep": _STEER_ORGANISM,
+    ".venv/bin/readout steer --model smollm2-135m --peft gap-general --panel gap-v2 --panel-part held-out "
+    "--set max_units=1000 --layers 21,22,25,28 --strengths=-4,-2,-1,-0.5 --out runs/steer-gap-general": _STEER_GENERAL,
     "readout nsi --model openai:allenai/Olmo-3-7B-Instruct@http://gpu-node:8000/v1 --profile paper": _SERVED_REMOTE,
     "export OPENAI_API_KEY=...": "a placeholder for the reader's own key",
     "readout nsi --endpoint https://api.openai.com/v1 --model gpt-4.1-mini --api-key-env OPENAI_API_KEY --profile paper":

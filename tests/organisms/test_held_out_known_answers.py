@@ -115,7 +115,7 @@ def test_held_out_reference_is_a_plain_forward_of_the_merged_adapter():
     assert len({e.key.split("|")[0] for e in picked}) == 2
     # The stored reads ran in right-padded batches of 16, whose fp32 sums take another order than a one-prompt
     # forward's (and another again under another thread count): over 30 layers a share moves by up to a few 1e-5
-    # (1.4e-5 seen), a hundredth of the 1e-3 the known answers are held to; a read of the wrong letter, order or
+    # (1.4e-5 seen), a twentieth of the 1e-3 the known answers are held to; a read of the wrong letter, order or
     # scenario moves it by far more.
     for r in plain_reads(lm.model, picked):
         assert [r.share, r.tempered_share, sum(r.mass)] == pytest.approx(stored[r.example.key], abs=5e-5)
